@@ -1,0 +1,212 @@
+"""Labelled cases and their JSON Lines format, with line-numbered validation errors.
+
+    {"id": "c-0042", "question": "what is the refund window for annual plans",
+     "relevant": [{"doc_id": "billing/refunds"},
+                  {"doc_id": "policies/annual-terms", "evidence": "30 days"},
+                  {"chunk_id": "billing/refunds#3", "grade": 2}],
+     "category": "billing", "source": "log", "filters": {"tenant": "acme"},
+     "created_at": "2026-11-30T10:00:00Z"}
+
+A label names a chunk, a document, or a document plus evidence (the words that answer the question).
+Evidence labels survive re-chunking: they are what makes a chunk-size sweep honest. Grade defaults to
+1; grade 0 is a judged non-relevant, kept for reference and never counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eval.errors import EvalError
+
+CASE_KEYS = {"id", "question", "relevant", "category", "source", "filters", "created_at"}
+LABEL_KEYS = {"doc_id", "chunk_id", "evidence", "grade"}
+MAX_ERRORS_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class Label:
+    """One relevant source. Exactly one of: `chunk_id`; `doc_id`; `doc_id` + `evidence`.
+
+    Example:
+        >>> Label(doc_id="billing/refunds", evidence="30 days").kind
+        'evidence'
+    """
+
+    doc_id: str | None = None
+    chunk_id: str | None = None
+    evidence: str | None = None
+    grade: int = 1
+
+    def __post_init__(self) -> None:
+        if self.chunk_id is not None and (self.doc_id is not None or self.evidence is not None):
+            raise EvalError("a chunk label names only chunk_id (its document is implied)")
+        if self.chunk_id is None and self.doc_id is None:
+            raise EvalError("a label needs doc_id (optionally with evidence) or chunk_id")
+        if self.evidence is not None and not self.evidence.strip():
+            raise EvalError("evidence is empty: give the words that answer the question, or drop it")
+        for name, value in (("doc_id", self.doc_id), ("chunk_id", self.chunk_id)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise EvalError(f"{name} must be a non-empty string")
+        if isinstance(self.grade, bool) or not isinstance(self.grade, int) or self.grade < 0:
+            raise EvalError(f"grade must be a whole number >= 0, got {self.grade!r}")
+
+    @property
+    def kind(self) -> str:
+        if self.chunk_id is not None:
+            return "chunk"
+        return "evidence" if self.evidence is not None else "doc"
+
+    @property
+    def document(self) -> str:
+        """The document this label points into (a chunk id is `<doc id>#<n>`)."""
+        if self.chunk_id is not None:
+            return self.chunk_id.rpartition("#")[0] or self.chunk_id
+        assert self.doc_id is not None  # __post_init__ guarantees one of the two
+        return self.doc_id
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in ("doc_id", "chunk_id", "evidence"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.grade != 1:
+            out["grade"] = self.grade
+        return out
+
+
+@dataclass(frozen=True)
+class Case:
+    """One labelled question.
+
+    Example:
+        >>> Case("c-1", "refund window?", (Label(doc_id="billing/refunds"),)).positive[0].grade
+        1
+    """
+
+    id: str
+    question: str
+    relevant: tuple[Label, ...]
+    category: str = "uncategorized"
+    source: str = "unknown"
+    filters: Mapping[str, Any] = field(default_factory=dict)
+    created_at: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            raise EvalError("id is empty")
+        if not self.question.strip():
+            raise EvalError("question is empty")
+        if not self.positive:
+            raise EvalError(
+                "no label has a grade above 0: such a case can be neither passed nor failed; add a relevant label"
+            )
+
+    @property
+    def positive(self) -> tuple[Label, ...]:
+        return tuple(label for label in self.relevant if label.grade > 0)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "question": self.question,
+            "relevant": [label.to_json() for label in self.relevant],
+            "category": self.category,
+            "source": self.source,
+        }
+        if self.filters:
+            out["filters"] = dict(self.filters)
+        if self.created_at:
+            out["created_at"] = self.created_at
+        return out
+
+
+def case_from_json(obj: object) -> Case:
+    """One parsed JSON object → Case; raises EvalError saying what is wrong."""
+    if not isinstance(obj, dict):
+        raise EvalError("a case must be a JSON object")
+    unknown = set(obj) - CASE_KEYS
+    if unknown:
+        raise EvalError(f"unknown key(s) {sorted(unknown)}; allowed: {sorted(CASE_KEYS)}")
+    for key in ("id", "question", "relevant"):
+        if key not in obj:
+            raise EvalError(f"missing {key!r}")
+    if not isinstance(obj["question"], str):
+        raise EvalError("question must be a string")
+    relevant = obj["relevant"]
+    if not isinstance(relevant, list) or not relevant:
+        raise EvalError("relevant must be a non-empty list of labels")
+    labels = []
+    for n, raw in enumerate(relevant):
+        if not isinstance(raw, dict):
+            raise EvalError(f"relevant[{n}] must be an object")
+        bad = set(raw) - LABEL_KEYS
+        if bad:
+            raise EvalError(f"relevant[{n}]: unknown key(s) {sorted(bad)}; allowed: {sorted(LABEL_KEYS)}")
+        try:
+            labels.append(Label(**raw))
+        except EvalError as exc:
+            raise EvalError(f"relevant[{n}]: {exc}") from None
+    filters = obj.get("filters") or {}
+    if not isinstance(filters, dict):
+        raise EvalError("filters must be an object")
+    return Case(
+        id=str(obj["id"]),
+        question=obj["question"],
+        relevant=tuple(labels),
+        category=str(obj.get("category") or "uncategorized"),
+        source=str(obj.get("source") or "unknown"),
+        filters=filters,
+        created_at=obj.get("created_at"),
+    )
+
+
+def parse_jsonl(text: str, name: str = "<set>") -> list[Case]:
+    """All cases of a JSON Lines text, or one EvalError listing every bad line (`name:line: problem`)."""
+    cases: list[Case] = []
+    errors: list[str] = []
+    seen: dict[str, int] = {}
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            case = case_from_json(json.loads(line))
+        except json.JSONDecodeError as exc:
+            errors.append(f"{name}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})")
+            continue
+        except EvalError as exc:
+            errors.append(f"{name}:{lineno}: {exc}")
+            continue
+        if case.id in seen:
+            errors.append(f"{name}:{lineno}: duplicate id {case.id!r} (first on line {seen[case.id]})")
+            continue
+        seen[case.id] = lineno
+        cases.append(case)
+    if not errors and not cases:
+        errors.append(f"{name}: no cases")
+    if errors:
+        shown = errors[:MAX_ERRORS_SHOWN]
+        more = f"; and {len(errors) - len(shown)} more" if len(errors) > len(shown) else ""
+        raise EvalError(f"{len(errors)} bad line(s): " + "; ".join(shown) + more)
+    return cases
+
+
+def load_cases(path: Path) -> list[Case]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise EvalError(f"{path} does not exist") from None
+    return parse_jsonl(text, str(path))
+
+
+def dump_jsonl(cases: Iterable[Case]) -> str:
+    return "".join(json.dumps(c.to_json(), ensure_ascii=False) + "\n" for c in cases)
+
+
+def fingerprint(cases: Sequence[Case]) -> str:
+    """A short hash of the set's content: a gate warns when run and baseline used different sets."""
+    return hashlib.sha256(dump_jsonl(cases).encode()).hexdigest()[:16]

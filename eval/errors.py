@@ -1,0 +1,11 @@
+"""Evaluation errors (the service maps them to HTTP statuses; the CLI to exit code 2)."""
+
+from __future__ import annotations
+
+
+class EvalError(ValueError):
+    """Bad evaluation input: a malformed case file, a case without positive labels, bad options."""
+
+
+class UnknownName(EvalError, LookupError):
+    """No labelled set, run or baseline by that name."""

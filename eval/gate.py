@@ -1,0 +1,171 @@
+"""The regression gate: a new run against a stored baseline run.
+
+Per metric: fail when the mean drops by more than its tolerance. Per category: fail when a category
+with enough cases drops by more than the (wider) category tolerance, since a collapse in one category
+hides easily in the mean. Case by case: list the cases that got worse (paired on case id). A paired
+randomisation test (sign flips of the per-case differences) gives, for each metric, the one-sided
+p-value of a drop at least this large arising from the eval set's noise alone; with
+`require_significance` a drop must also be significant to fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from eval.errors import EvalError
+from eval.report import mean_metrics
+from eval.runner import CaseResult, Run
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """What to compare and how much slack to allow (absolute drops, metric scale 0..1).
+
+    Example:
+        >>> GateConfig(tolerance=0.02, per_metric={"hit@1": 0.05}).tolerance_for("hit@1")
+        0.05
+    """
+
+    metrics: tuple[str, ...] = ()  # empty: hit, recall, mrr and ndcg at the largest k
+    tolerance: float = 0.02
+    per_metric: Mapping[str, float] = field(default_factory=dict)
+    category_tolerance: float | None = 0.10
+    min_category_cases: int = 5
+    alpha: float = 0.05
+    require_significance: bool = False
+    permutations: int = 10_000
+    seed: int = 0
+
+    def tolerance_for(self, metric: str) -> float:
+        return self.per_metric.get(metric, self.tolerance)
+
+
+@dataclass(frozen=True)
+class MetricCheck:
+    metric: str
+    scope: str  # "overall" or "category:<name>"
+    baseline: float
+    current: float
+    tolerance: float
+    p_value: float | None
+    failed: bool
+
+    @property
+    def delta(self) -> float:
+        return self.current - self.baseline
+
+
+@dataclass(frozen=True)
+class CaseChange:
+    case_id: str
+    metric: str
+    baseline: float
+    current: float
+
+
+@dataclass(frozen=True)
+class GateResult:
+    passed: bool
+    reasons: tuple[str, ...]
+    checks: tuple[MetricCheck, ...]
+    worse_cases: tuple[CaseChange, ...]
+    better_cases: int
+    warnings: tuple[str, ...]
+
+    @property
+    def verdict(self) -> str:
+        return "pass" if self.passed else "fail"
+
+
+def default_metrics(run: Run) -> tuple[str, ...]:
+    k = max(run.ks)
+    return (f"hit@{k}", f"recall@{k}", f"mrr@{k}", f"ndcg@{k}")
+
+
+def compare(run: Run, baseline: Run, config: GateConfig | None = None) -> GateResult:
+    """Gate `run` against `baseline`; the verdict and every reason behind it."""
+    cfg = config or GateConfig()
+    metrics = cfg.metrics or default_metrics(run)
+    missing = [m for m in metrics if m not in _names(run) or m not in _names(baseline)]
+    if missing:
+        raise EvalError(
+            f"metric(s) {missing} are not in both runs (run has k={list(run.ks)}, baseline k={list(baseline.ks)})"
+        )
+    warnings = []
+    if run.unit != baseline.unit:
+        raise EvalError(f"the run is unit={run.unit!r} but the baseline is unit={baseline.unit!r}: not comparable")
+    if run.set_fingerprint != baseline.set_fingerprint:
+        warnings.append("the labelled set changed since the baseline; cases are paired on the ids both share")
+    base = {c.case_id: c for c in baseline.cases}
+    pairs = [(c, base[c.case_id]) for c in run.cases if c.case_id in base]
+    if not pairs:
+        raise EvalError("the run and the baseline share no case ids")
+    if len(pairs) < len(run.cases) or len(pairs) < len(baseline.cases):
+        warnings.append(
+            f"{len(run.cases) - len(pairs)} new and {len(baseline.cases) - len(pairs)} removed case(s) ignored"
+        )
+    checks = [_check(m, "overall", pairs, cfg.tolerance_for(m), cfg) for m in metrics]
+    if cfg.category_tolerance is not None:
+        for category in sorted({c.category for c, _ in pairs}):
+            members = [(c, b) for c, b in pairs if c.category == category]
+            if len(members) >= cfg.min_category_cases:
+                checks.extend(_check(m, f"category:{category}", members, cfg.category_tolerance, cfg) for m in metrics)
+    reasons = [
+        f"{c.metric} ({c.scope}) fell {-c.delta:.3f} from {c.baseline:.3f} to {c.current:.3f}, "
+        f"beyond the tolerance {c.tolerance:.3f}" + (f" (p = {c.p_value:.4f})" if c.p_value is not None else "")
+        for c in checks
+        if c.failed
+    ]
+    worse = [
+        CaseChange(c.case_id, m, b.metrics[m], c.metrics[m])
+        for c, b in pairs
+        for m in metrics
+        if c.metrics[m] < b.metrics[m]
+    ]
+    better = len({c.case_id for c, b in pairs for m in metrics if c.metrics[m] > b.metrics[m]})
+    return GateResult(
+        passed=not reasons,
+        reasons=tuple(reasons) or ("no gated metric fell beyond its tolerance",),
+        checks=tuple(checks),
+        worse_cases=tuple(sorted(worse, key=lambda w: (w.current - w.baseline, w.case_id, w.metric))),
+        better_cases=better,
+        warnings=tuple(warnings),
+    )
+
+
+def _names(run: Run) -> set[str]:
+    return set(run.cases[0].metrics) if run.cases else set()
+
+
+def _check(
+    metric: str, scope: str, pairs: Sequence[tuple[CaseResult, CaseResult]], tolerance: float, cfg: GateConfig
+) -> MetricCheck:
+    current = mean_metrics([c for c, _ in pairs])[metric]
+    baseline = mean_metrics([b for _, b in pairs])[metric]
+    diffs = np.array([c.metrics[metric] - b.metrics[metric] for c, b in pairs])
+    p_value = paired_randomization_p(diffs, cfg.permutations, cfg.seed)
+    dropped = baseline - current > tolerance + 1e-12
+    significant = p_value is not None and p_value < cfg.alpha
+    failed = dropped and (significant or not cfg.require_significance)
+    return MetricCheck(metric, scope, baseline, current, tolerance, p_value, failed)
+
+
+def paired_randomization_p(diffs: np.ndarray, permutations: int = 10_000, seed: int = 0) -> float | None:
+    """One-sided p-value that the mean paired difference is this low by chance.
+
+    Under the null hypothesis each case's difference is as likely to have the opposite sign, so the
+    signs are flipped at random `permutations` times; p is the share of flips whose mean is at most the
+    observed mean (with the +1 correction, so p > 0). None when no case changed at all.
+    """
+    if diffs.size == 0 or not np.any(diffs):
+        return None
+    rng = np.random.default_rng(seed)
+    observed = diffs.mean()
+    at_most = 0
+    for start in range(0, permutations, 1000):  # blocks keep memory flat for large sets
+        signs = rng.choice(np.array([-1.0, 1.0]), size=(min(1000, permutations - start), diffs.size))
+        at_most += int(np.count_nonzero((signs * diffs).mean(axis=1) <= observed + 1e-12))
+    return float((at_most + 1) / (permutations + 1))

@@ -1,0 +1,52 @@
+"""Evaluating a remote Plumbline: replay questions against its `/search` over HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from eval.errors import EvalError
+from eval.matching import Retrieved
+from eval.runner import Query
+
+
+class HttpRetriever:
+    """A `Retriever` backed by `POST {url}/search`; `overrides` are extra search fields (mode, alpha...).
+
+    Example:
+        >>> r = HttpRetriever("http://localhost:8000", overrides={"mode": "keyword"})  # doctest: +SKIP
+        >>> r.retrieve([Query("vpn error LC-419", k=10)])  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        url: str,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        client: httpx.Client | None = None,
+        timeout: float = 60.0,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.overrides = dict(overrides or {})
+        self._client = client or httpx.Client(timeout=timeout)
+
+    def retrieve(self, queries: Sequence[Query]) -> list[list[Retrieved]]:
+        return [self._one(q) for q in queries]
+
+    def _one(self, q: Query) -> list[Retrieved]:
+        filters = {**self.overrides.get("filters", {}), **q.filters}
+        body = {**self.overrides, "query": q.text, "k": q.k, "filters": filters}
+        if q.unit == "doc":
+            body["distinct_docs"] = True
+        try:
+            response = self._client.post(f"{self.url}/search", json=body)
+        except httpx.HTTPError as exc:
+            raise EvalError(f"cannot reach {self.url}/search: {exc}") from None
+        if response.status_code != 200:
+            raise EvalError(f"{self.url}/search answered {response.status_code}: {response.text[:500]}")
+        return [
+            Retrieved(h["chunk_id"], h["doc_id"], h.get("text", ""), float(h.get("score", 0.0)))
+            for h in response.json()["hits"]
+        ]

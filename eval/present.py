@@ -1,0 +1,91 @@
+"""One evaluation, two presentations: the JSON body of `/eval/run` (and `--json`) and a text table."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from eval.gate import GateResult
+from eval.report import Group, Report
+from eval.runner import Run
+
+
+def _group(g: Group) -> dict[str, Any]:
+    return {"name": g.name, "cases": g.cases, "metrics": {k: round(v, 6) for k, v in g.metrics.items()}}
+
+
+def report_json(run: Run, report: Report, gate: GateResult | None, *, cases: bool = True) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "run_id": run.run_id,
+        "set": run.set_name,
+        "created_at": run.created_at,
+        "unit": run.unit,
+        "k": list(run.ks),
+        "params": dict(run.params),
+        "cases_total": report.overall.cases,
+        "metrics": {k: round(v, 6) for k, v in report.overall.metrics.items()},
+        "primary_metric": report.primary_metric,
+        "by_category": [_group(g) for g in report.by_category],
+        "by_source": [_group(g) for g in report.by_source],
+        "diagnosis": [asdict(f) for f in report.diagnosis],
+        "gate": gate_json(gate) if gate else None,
+    }
+    if cases:
+        out["cases"] = [
+            {
+                "id": c.case_id,
+                "question": c.question,
+                "category": c.category,
+                "source": c.source,
+                "metrics": dict(c.metrics),
+                "first_relevant_rank": c.first_relevant_rank,
+                "missed": [label.to_json() for label in c.missed],
+                "top": [{"chunk_id": r.chunk_id, "doc_id": r.doc_id, "score": r.score} for r in c.retrieved[:5]],
+            }
+            for c in run.cases
+        ]
+    return out
+
+
+def gate_json(gate: GateResult) -> dict[str, Any]:
+    return {
+        "verdict": gate.verdict,
+        "reasons": list(gate.reasons),
+        "warnings": list(gate.warnings),
+        "checks": [{**asdict(c), "delta": round(c.delta, 6)} for c in gate.checks],
+        "worse_cases": [asdict(w) for w in gate.worse_cases],
+        "better_cases": gate.better_cases,
+    }
+
+
+def format_table(run: Run, report: Report, gate: GateResult | None) -> str:
+    """A plain-text report: overall, categories and sources worst first, diagnosis, verdict."""
+    k = max(run.ks)
+    cols = [f"hit@{k}", f"recall@{k}", f"precision@{k}", f"mrr@{k}", f"ndcg@{k}"]
+    width = max([len(g.name) for g in (report.overall, *report.by_category, *report.by_source)] + [8])
+    header = f"{'':<{width}} {'cases':>5} " + " ".join(f"{c:>12}" for c in cols)
+    lines = [f"run {run.run_id}  set {run.set_name}  unit {run.unit}  k {list(run.ks)}", header]
+
+    def row(g: Group) -> str:
+        return f"{g.name:<{width}} {g.cases:>5} " + " ".join(f"{g.metrics[c]:>12.3f}" for c in cols)
+
+    lines.append(row(report.overall))
+    for title, groups in (("by category (worst first)", report.by_category), ("by source", report.by_source)):
+        lines.append(f"-- {title}")
+        lines.extend(row(g) for g in groups)
+    lines.append("-- diagnosis")
+    lines.extend(
+        f"{f.scope}: {f.problem}: {f.advice}" if f.problem != "none" else f"{f.scope}: {f.advice}"
+        for f in report.diagnosis
+    )
+    if gate is not None:
+        lines.append(f"-- gate: {gate.verdict.upper()}")
+        lines.extend(f"  {r}" for r in gate.reasons)
+        lines.extend(f"  warning: {w}" for w in gate.warnings)
+        worse = sorted({w.case_id for w in gate.worse_cases})
+        if worse:
+            lines.append(
+                f"  {len(worse)} case(s) got worse: {', '.join(worse[:15])}{' ...' if len(worse) > 15 else ''}"
+            )
+        lines.append(f"  {gate.better_cases} case(s) got better")
+    return "\n".join(lines)

@@ -1,0 +1,87 @@
+"""The app factory. Nothing is built at import time: `create_app(settings)` wires everything."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry
+
+from service.api import errors
+from service.api.routes import documents, evaluation, health, search
+from service.evaluation import EvalGaugeCollector
+from service.observability import IndexSizeCollector, ServiceMetrics
+from service.runtime import Components, Runtime
+from service.settings import Settings
+
+
+def create_app(
+    settings: Settings,
+    *,
+    components: Components | None = None,
+    registry: CollectorRegistry | None = None,
+    preload: tuple[Path, ...] = (),
+) -> FastAPI:
+    """Build the service. Models load in the background after startup; `/health/ready` says when.
+
+    Example:
+        >>> app = create_app(Settings(data_dir=Path("/tmp/plumbline")))
+        >>> sorted(r.path for r in app.routes if r.path.startswith("/health"))
+        ['/health/live', '/health/ready']
+    """
+    registry = registry or CollectorRegistry()
+    metrics = ServiceMetrics(registry)
+    runtime = Runtime(settings, components, metrics, preload)
+    registry.register(IndexSizeCollector(lambda: _counts(runtime)))
+    registry.register(EvalGaugeCollector(runtime.evals))
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        runtime.start()
+        yield
+        runtime.wait()
+        runtime.close()
+
+    app = FastAPI(
+        title="Plumbline",
+        version="0.1.0",
+        summary="Hybrid retrieval that measures itself.",
+        lifespan=lifespan,
+    )
+    app.state.runtime = runtime
+    app.state.registry = registry
+    errors.install(app)
+    for module in (documents, search, evaluation, health):
+        app.include_router(module.router)
+
+    @app.middleware("http")
+    async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        start = time.perf_counter()
+        length = request.headers.get("content-length")
+        if length and length.isdigit() and int(length) > settings.max_request_bytes:
+            response: Response = JSONResponse(
+                {
+                    "detail": f"request body is {length} bytes; the limit is {settings.max_request_bytes}: "
+                    "send smaller batches"
+                },
+                status_code=413,
+            )
+        else:
+            response = await call_next(request)
+        route = request.scope.get("route")
+        endpoint = getattr(route, "path", "unmatched")
+        metrics.observe_request(endpoint, request.method, response.status_code, time.perf_counter() - start)
+        return response
+
+    return app
+
+
+def _counts(runtime: Runtime) -> dict[str, int] | None:
+    if not runtime.ready:
+        return None
+    index = runtime.index
+    return {"chunk": index.count("chunk"), "document": index.count("document")}

@@ -1,0 +1,72 @@
+"""Pydantic request models → domain values, applying the service's defaults."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from service.api.schemas import DocumentIn, FiltersIn, SearchOptions
+from service.domain import Document
+from service.filters import FilterSpec, parse_metadata_filters
+from service.pipeline import SearchParams
+from service.settings import Settings
+
+
+def to_document(d: DocumentIn) -> Document:
+    return Document(
+        id=d.id,
+        title=d.title,
+        text=d.text,
+        format=d.format,
+        metadata=d.metadata,
+        tags=tuple(d.tags),
+        tenant=d.tenant,
+        status=d.status,
+        updated_at=d.updated_at,
+        valid_until=d.valid_until,
+        supersedes=d.supersedes,
+    )
+
+
+def to_filters(f: FiltersIn) -> FilterSpec:
+    return FilterSpec(
+        tenant=f.tenant,
+        tags=tuple(f.tags),
+        doc_ids=tuple(f.doc_ids),
+        status=tuple(f.status),
+        updated_after=f.updated_after,
+        updated_before=f.updated_before,
+        metadata=parse_metadata_filters(f.metadata),
+    )
+
+
+def to_params(
+    req: SearchOptions,
+    s: Settings,
+    reranker_configured: bool,
+    *,
+    k: int | None = None,
+    explain: bool = False,
+    distinct_docs: bool = False,
+) -> SearchParams:
+    return SearchParams(
+        k=k if k is not None else s.default_k,
+        mode=req.mode or s.default_mode,
+        fusion=req.fusion or s.default_fusion,
+        alpha=req.alpha if req.alpha is not None else s.default_alpha,
+        rrf_k=req.rrf_k if req.rrf_k is not None else s.default_rrf_k,
+        candidates=req.candidates if req.candidates is not None else s.default_candidates,
+        rerank=req.rerank if req.rerank is not None else (s.default_rerank and reranker_configured),
+        rerank_depth=req.rerank_depth if req.rerank_depth is not None else s.default_rerank_depth,
+        filters=to_filters(req.filters),
+        fresh_only=req.fresh_only,
+        explain=explain,
+        distinct_docs=distinct_docs,
+    )
+
+
+def describe(params: SearchParams, options: SearchOptions) -> dict[str, Any]:
+    """Effective parameters as JSON (filters as the caller wrote them), for responses and run records."""
+    out = asdict(params)
+    out["filters"] = options.filters.model_dump(mode="json", exclude_defaults=True)
+    return out

@@ -1,0 +1,99 @@
+"""/eval/*: replay labelled sets through the live pipeline, keep runs, promote baselines, edit sets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response, status
+
+from eval.gate import GateConfig
+from eval.present import report_json
+from eval.report import build_report, mean_metrics
+from eval.trec import trec_run_lines
+from service.api.convert import describe, to_params
+from service.api.deps import PipelineDep, RuntimeDep, SettingsDep
+from service.api.schemas import BaselineRequest, BaselineResponse, EvalRunRequest, RunSummary, SetSummary
+from service.errors import InvalidRequest
+
+router = APIRouter(prefix="/eval", tags=["eval"])
+
+
+@router.post("/run")
+def run_eval(body: EvalRunRequest, runtime: RuntimeDep, pipeline: PipelineDep, settings: SettingsDep) -> dict[str, Any]:
+    """Evaluate a set through the same pipeline as /search; with `baseline`, gate against it."""
+    base = to_params(body.overrides, settings, reranker_configured=pipeline.reranker is not None)
+    record = describe(base, body.overrides)
+    del record["k"], record["explain"], record["distinct_docs"]
+    config = GateConfig(
+        metrics=tuple(body.metrics),
+        tolerance=body.tolerance if body.tolerance is not None else GateConfig().tolerance,
+        require_significance=body.require_significance,
+    )
+    ev = runtime.evals.evaluate(
+        pipeline,
+        base,
+        set_name=body.set,
+        ks=body.k,
+        unit=body.unit,
+        params_record=record,
+        baseline=body.baseline,
+        gate_config=config,
+    )
+    return report_json(ev.run, ev.report, ev.gate, cases=body.include_cases)
+
+
+@router.get("/runs", response_model=list[RunSummary])
+def list_runs(runtime: RuntimeDep) -> list[RunSummary]:
+    return [
+        RunSummary(
+            run_id=r.run_id,
+            set=r.set_name,
+            created_at=r.created_at,
+            unit=r.unit,
+            cases=len(r.cases),
+            metrics=mean_metrics(r.cases),
+        )
+        for r in runtime.evals.runs.list()
+    ]
+
+
+@router.get("/runs/{run_id}")
+def get_run(run_id: str, runtime: RuntimeDep) -> dict[str, Any]:
+    run = runtime.evals.runs.get(run_id)
+    return report_json(run, build_report(run), None)
+
+
+@router.get("/runs/{run_id}/trec")
+def get_run_trec(run_id: str, runtime: RuntimeDep) -> Response:
+    """The run in TREC format, for trec_eval / pytrec_eval / ranx."""
+    run = runtime.evals.runs.get(run_id)
+    return Response("".join(line + "\n" for line in trec_run_lines(run)), media_type="text/plain")
+
+
+@router.post("/baselines", response_model=BaselineResponse, status_code=status.HTTP_201_CREATED)
+def promote(body: BaselineRequest, runtime: RuntimeDep) -> BaselineResponse:
+    runtime.evals.runs.promote(body.run_id, body.name)
+    return BaselineResponse(name=body.name, run_id=body.run_id)
+
+
+@router.get("/sets", response_model=list[SetSummary])
+def list_sets(runtime: RuntimeDep) -> list[SetSummary]:
+    sets = runtime.evals.sets
+    return [SetSummary(name=n, cases=len(sets.get(n))) for n in sets.names()]
+
+
+@router.get("/sets/{name}")
+def export_set(name: str, runtime: RuntimeDep) -> Response:
+    path = runtime.evals.sets.path(name)
+    return Response(path.read_text(encoding="utf-8"), media_type="application/x-ndjson")
+
+
+@router.put("/sets/{name}", response_model=SetSummary)
+async def import_set(name: str, request: Request, runtime: RuntimeDep) -> SetSummary:
+    """Replace a set with a JSON Lines body; a malformed one is rejected with its bad line numbers."""
+    try:
+        text = (await request.body()).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidRequest("the body is not UTF-8 text: send the set as JSON Lines") from None
+    cases = runtime.evals.sets.put(name, text)
+    return SetSummary(name=name, cases=len(cases))

@@ -1,0 +1,196 @@
+"""Request and response bodies: the only place HTTP-facing pydantic models live.
+
+Requests forbid unknown fields, so a typo (`filters: {"tennant": ...}`) is a 422 naming the field,
+not a silently ignored filter.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from service.domain import DocFormat, DocStatus, FusionMethod, Hit, Mode, StageScore
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DocumentIn(_Strict):
+    id: str = Field(min_length=1, max_length=512, description="stable, caller-given id")
+    title: str = Field("", max_length=1000, description="defaults to the first '# heading' or the id")
+    text: str = Field(min_length=1)
+    format: DocFormat = DocFormat.MARKDOWN
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    tags: list[str] = Field(default_factory=list, max_length=100)
+    tenant: str | None = Field(None, max_length=200)
+    status: DocStatus = DocStatus.CURRENT
+    updated_at: AwareDatetime | None = None
+    valid_until: AwareDatetime | None = None
+    supersedes: str | None = Field(None, max_length=512)
+
+
+class IngestRequest(_Strict):
+    documents: list[DocumentIn]
+
+
+class IngestResponse(BaseModel):
+    documents: int
+    chunks: int
+    unchanged: int = Field(description="documents whose content and settings were already indexed")
+
+
+class ChunkOut(BaseModel):
+    chunk_id: str
+    heading_path: str
+    start: int
+    end: int
+    text: str
+
+
+class DocumentOut(BaseModel):
+    id: str
+    title: str
+    text: str
+    format: DocFormat
+    metadata: dict[str, Any]
+    tags: list[str]
+    tenant: str | None
+    status: DocStatus
+    updated_at: AwareDatetime | None
+    valid_until: AwareDatetime | None
+    supersedes: str | None
+    generation: int
+    chunks: list[ChunkOut]
+
+
+class DeleteResponse(BaseModel):
+    id: str
+    deleted_chunks: int
+
+
+class FiltersIn(_Strict):
+    tenant: str | None = None
+    tags: list[str] = Field(default_factory=list, description="any of these tags")
+    doc_ids: list[str] = Field(default_factory=list)
+    status: list[DocStatus] = Field(default_factory=list)
+    updated_after: AwareDatetime | None = None
+    updated_before: AwareDatetime | None = None
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description='{"key": value}, {"key": [v1, v2]} or {"key": {"gte": 1, "lt": 5}}'
+    )
+
+
+class SearchOptions(_Strict):
+    """How to search; every field left out takes the service's default (see Settings)."""
+
+    mode: Mode | None = None
+    fusion: FusionMethod | None = None
+    alpha: float | None = Field(None, description="weight of the dense side in weighted fusion, 0..1")
+    rrf_k: int | None = None
+    candidates: int | None = Field(None, description="candidate depth per retriever")
+    rerank: bool | None = None
+    rerank_depth: int | None = None
+    filters: FiltersIn = Field(default_factory=FiltersIn)
+    fresh_only: bool = Field(True, description="only current documents that have not expired")
+
+
+class SearchRequest(SearchOptions):
+    query: str
+    k: int | None = None
+    explain: bool = False
+    distinct_docs: bool = Field(False, description="at most one hit per document (its best chunk)")
+
+
+class StageOut(BaseModel):
+    rank: int | None
+    score: float
+
+    @classmethod
+    def of(cls, s: StageScore) -> StageOut:
+        return cls(rank=s.rank, score=s.score)
+
+
+class HitOut(BaseModel):
+    chunk_id: str
+    doc_id: str
+    title: str
+    heading_path: str
+    text: str
+    score: float
+    span: tuple[int, int]
+    status: DocStatus
+    tags: list[str]
+    updated_at: AwareDatetime | None
+    metadata: dict[str, Any]
+    stages: dict[str, StageOut] | None = None
+
+    @classmethod
+    def of(cls, hit: Hit, explain: bool) -> HitOut:
+        c = hit.chunk
+        return cls(
+            chunk_id=c.chunk_id,
+            doc_id=c.doc_id,
+            title=c.title,
+            heading_path=c.heading,
+            text=c.text,
+            score=hit.score,
+            span=(c.start, c.end),
+            status=hit.status,
+            tags=list(hit.tags),
+            updated_at=hit.updated_at,
+            metadata=dict(hit.metadata),
+            stages={k: StageOut.of(v) for k, v in hit.stages.items()} if explain else None,
+        )
+
+
+class SearchResponse(BaseModel):
+    hits: list[HitOut]
+    timings_ms: dict[str, float]
+    params: dict[str, Any]
+    reranked: bool
+    warnings: list[str]
+
+
+class Health(BaseModel):
+    status: str
+    detail: str | None = None
+    documents: int | None = None
+    chunks: int | None = None
+
+
+class EvalRunRequest(_Strict):
+    set: str = Field(description="name of a labelled set (see GET /eval/sets)")
+    k: list[int] = Field(default_factory=lambda: [1, 5, 10], min_length=1, max_length=10)
+    unit: Literal["chunk", "doc"] = "chunk"
+    overrides: SearchOptions = Field(default_factory=SearchOptions)
+    baseline: str | None = Field(None, description="baseline name to gate against")
+    tolerance: float | None = Field(None, ge=0, le=1, description="allowed absolute drop per metric")
+    metrics: list[str] = Field(default_factory=list, description="metrics to gate; default hit/recall/mrr/ndcg@max k")
+    require_significance: bool = False
+    include_cases: bool = True
+
+
+class BaselineRequest(_Strict):
+    run_id: str
+    name: str
+
+
+class BaselineResponse(BaseModel):
+    name: str
+    run_id: str
+
+
+class SetSummary(BaseModel):
+    name: str
+    cases: int
+
+
+class RunSummary(BaseModel):
+    run_id: str
+    set: str
+    created_at: str
+    unit: str
+    cases: int
+    metrics: dict[str, float]

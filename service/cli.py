@@ -1,0 +1,231 @@
+"""The `plumbline` command: serve, ingest, and evaluate (in-process or against a URL).
+
+    plumbline serve [--data-dir D] [--host H] [--port P] [--ingest PATH ...]
+    plumbline ingest PATH [--url U | --data-dir D]
+    plumbline eval run [--url U | --data-dir D] --set S [--k 1 5 10] [--unit doc|chunk] [--baseline B] [--json]
+
+`eval run` exits 0 when the gate passes (or no baseline was given), 1 on a regression, 2 on bad input:
+what a CI job needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from eval.errors import EvalError
+from eval.gate import GateConfig, compare
+from eval.present import format_table, report_json
+from eval.report import build_report
+from eval.runner import Retriever, Run, run_set
+from eval.storage import SetStore, dump_run, load_baseline, load_set, write_atomic
+from service.errors import PlumblineError
+
+EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a missing model must fail fast, not retry the hub
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = _parser().parse_args(argv)
+    try:
+        result: int = args.func(args)
+        return result
+    except (EvalError, PlumblineError, OSError) as exc:
+        print(f"plumbline: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="plumbline", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = p.add_subparsers(required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the HTTP service")
+    _data_dir(serve)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--ingest", type=Path, action="append", default=[], help="index this folder at start-up")
+    serve.set_defaults(func=_serve)
+
+    ingest = sub.add_parser("ingest", help="index a folder of .md/.txt/.html files or a BEIR corpus.jsonl")
+    ingest.add_argument("path", type=Path)
+    target = ingest.add_mutually_exclusive_group()
+    target.add_argument("--url", help="a running Plumbline (POST /documents)")
+    _data_dir(target)
+    ingest.add_argument("--batch-size", type=int, default=64)
+    ingest.set_defaults(func=_ingest)
+
+    ev = sub.add_parser("eval", help="evaluate retrieval on a labelled set").add_subparsers(required=True)
+    run = ev.add_parser("run", help="replay a labelled set; gate against a baseline")
+    target = run.add_mutually_exclusive_group()
+    target.add_argument("--url", help="evaluate a running Plumbline through its /search")
+    _data_dir(target)
+    run.add_argument("--set", required=True, help="set name, or a path to a .jsonl file")
+    run.add_argument("--k", type=int, nargs="+", default=[1, 5, 10])
+    run.add_argument("--unit", choices=["chunk", "doc"], default="chunk")
+    run.add_argument("--baseline", help="baseline name, or a path to a run .json file")
+    run.add_argument("--tolerance", type=float, default=GateConfig().tolerance)
+    run.add_argument("--metrics", nargs="+", default=[], help="metrics to gate (default: hit/recall/mrr/ndcg@max k)")
+    run.add_argument("--require-significance", action="store_true")
+    run.add_argument("--ingest", type=Path, action="append", default=[], help="in-process: index this first")
+    run.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="search option, e.g. mode='\"keyword\"' or alpha=0.3 (repeatable)",
+    )
+    run.add_argument("--save-run", type=Path, help="also write the run record to this file")
+    run.add_argument("--json", action="store_true", help="print the report as JSON")
+    run.set_defaults(func=_eval_run)
+    return p
+
+
+def _data_dir(p: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup) -> None:
+    p.add_argument("--data-dir", type=Path, help="data directory (default: $PLUMBLINE_DATA_DIR or ./data)")
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from service.settings import Settings
+
+    return Settings(data_dir=args.data_dir) if args.data_dir else Settings()
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from service.api.app import create_app
+
+    app = create_app(_settings(args), preload=tuple(args.ingest))
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    return EXIT_OK
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from service.loaders import count_documents, iter_documents
+
+    docs = iter_documents(args.path)
+    totals = {"documents": 0, "chunks": 0, "unchanged": 0}
+    with tqdm(total=count_documents(args.path), unit="doc", desc="ingest") as bar:
+        if args.url:
+            import httpx
+
+            from service.api.schemas import DocumentIn
+
+            with httpx.Client(timeout=600) as client:
+                for batch in _batches(docs, args.batch_size):
+                    body = {"documents": [DocumentIn.model_validate(asdict(d)).model_dump(mode="json") for d in batch]}
+                    response = client.post(f"{args.url.rstrip('/')}/documents", json=body)
+                    if response.status_code != 200:
+                        raise PlumblineError(f"{args.url} answered {response.status_code}: {response.text[:500]}")
+                    _add(totals, response.json(), bar, len(batch))
+        else:
+            from service.runtime import Runtime
+
+            runtime = Runtime(_settings(args))
+            runtime.warm_up()
+            try:
+                for batch in _batches(docs, args.batch_size):
+                    _add(totals, asdict(runtime.index.ingest(batch)), bar, len(batch))
+            finally:
+                runtime.close()
+    print(json.dumps(totals))
+    return EXIT_OK
+
+
+def _batches(items: Any, size: int) -> Any:
+    batch: list[Any] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _add(totals: dict[str, int], result: dict[str, int], bar: Any, n: int) -> None:
+    for key in totals:
+        totals[key] += int(result.get(key, 0))
+    bar.update(n)
+    bar.set_postfix(chunks=totals["chunks"], unchanged=totals["unchanged"])
+
+
+def _overrides(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise EvalError(f"--override {pair!r}: use KEY=JSON, e.g. alpha=0.3 or mode='\"keyword\"'")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value  # a bare word such as mode=keyword
+    return out
+
+
+def _eval_run(args: argparse.Namespace) -> int:
+    overrides = _overrides(args.override)
+    config = GateConfig(
+        metrics=tuple(args.metrics), tolerance=args.tolerance, require_significance=args.require_significance
+    )
+    if args.url:
+        from eval.http import HttpRetriever
+
+        set_name, cases = load_set(args.set)
+        baseline = load_baseline(args.baseline) if args.baseline else None
+        retriever: Retriever = HttpRetriever(args.url, overrides)
+        run = run_set(cases, retriever, set_name=set_name, ks=args.k, unit=args.unit, params=overrides)
+    else:
+        run, baseline = _eval_in_process(args, overrides)
+    gate = compare(run, baseline, config) if baseline else None
+    if args.save_run:
+        write_atomic(args.save_run, dump_run(run))
+    report = build_report(run)
+    print(json.dumps(report_json(run, report, gate), indent=1) if args.json else format_table(run, report, gate))
+    return EXIT_REGRESSION if gate is not None and not gate.passed else EXIT_OK
+
+
+def _eval_in_process(args: argparse.Namespace, overrides: dict[str, Any]) -> tuple[Run, Run | None]:
+    from pydantic import ValidationError
+
+    from service.api.convert import describe, to_params
+    from service.api.schemas import SearchOptions
+    from service.evaluation import PipelineRetriever
+    from service.runtime import Runtime
+
+    settings = _settings(args)
+    try:
+        options = SearchOptions.model_validate(overrides)
+    except ValidationError as exc:
+        raise EvalError(f"--override: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
+    runtime = Runtime(settings, preload=tuple(args.ingest))
+    sets = SetStore(settings.sets_dir)
+    set_name, cases = load_set(args.set, sets)
+    baseline = runtime.evals.runs.baseline(args.baseline) if args.baseline else None
+    runtime.warm_up()
+    try:
+        pipeline = runtime.pipeline
+        base = to_params(options, settings, reranker_configured=pipeline.reranker is not None)
+        record = describe(base, options)
+        del record["k"], record["explain"], record["distinct_docs"]
+        run = run_set(
+            cases, PipelineRetriever(pipeline, base), set_name=set_name, ks=args.k, unit=args.unit, params=record
+        )
+        runtime.evals.runs.save(run)
+    finally:
+        runtime.close()
+    return run, baseline
+
+
+if __name__ == "__main__":
+    sys.exit(main())

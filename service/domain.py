@@ -1,0 +1,107 @@
+"""The service's inner data model: frozen dataclasses, no HTTP or engine types.
+
+Pydantic lives at the edges (`service.api.schemas`); everything inside passes these immutable values
+and derives new ones with `dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class DocStatus(StrEnum):
+    CURRENT = "current"
+    SUPERSEDED = "superseded"
+    ARCHIVED = "archived"
+    DRAFT = "draft"
+
+
+class DocFormat(StrEnum):
+    MARKDOWN = "markdown"
+    TEXT = "text"
+    HTML = "html"
+
+
+class Mode(StrEnum):
+    DENSE = "dense"
+    KEYWORD = "keyword"
+    HYBRID = "hybrid"
+
+
+class FusionMethod(StrEnum):
+    RRF = "rrf"
+    WEIGHTED = "weighted"
+
+
+@dataclass(frozen=True)
+class Document:
+    """A caller's document. `id` is stable and caller-given; re-ingesting the same id replaces it.
+
+    Example:
+        >>> Document(id="billing/refunds", title="Refunds", text="# Refunds ...").status
+        <DocStatus.CURRENT: 'current'>
+    """
+
+    id: str
+    title: str
+    text: str
+    format: DocFormat = DocFormat.MARKDOWN
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    tenant: str | None = None
+    status: DocStatus = DocStatus.CURRENT
+    updated_at: dt.datetime | None = None
+    valid_until: dt.datetime | None = None
+    supersedes: str | None = None
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A retrievable span of a document: `text` is `document.text[start:end]` as parsed and trimmed.
+
+    `embed_text` is what the models see: the title and heading path, then the text.
+    """
+
+    chunk_id: str
+    doc_id: str
+    ordinal: int
+    title: str
+    heading_path: tuple[str, ...]
+    text: str
+    start: int
+    end: int
+
+    @property
+    def heading(self) -> str:
+        return " > ".join(self.heading_path)
+
+    @property
+    def embed_text(self) -> str:
+        head = f"{self.title}\n{self.heading}" if self.heading_path else self.title
+        return f"{head}\n\n{self.text}"
+
+
+@dataclass(frozen=True)
+class StageScore:
+    """A hit's rank (1-based) and score in one pipeline stage; rank None: scored, not retrieved there."""
+
+    rank: int | None
+    score: float
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A ranked chunk with its document's fields, and per-stage ranks and scores for `explain`."""
+
+    chunk: Chunk
+    score: float
+    stages: Mapping[str, StageScore]
+    status: DocStatus
+    tenant: str | None
+    tags: tuple[str, ...]
+    updated_at: dt.datetime | None
+    metadata: Mapping[str, Any]

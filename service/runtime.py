@@ -1,0 +1,172 @@
+"""Wiring: build the components from Settings, warm them up, and report readiness.
+
+`warm_up()` loads the models and opens the store (and ingests any preload folders); until it has
+finished, `index` and `pipeline` raise `NotReady` and `/health/ready` answers 503. Tests inject fakes
+through `Components` instead of patching.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from eval.storage import RunStore, SetStore
+from service.chunking import Chunker, ChunkerConfig
+from service.embedding import Embedder, SentenceTransformerEmbedder
+from service.errors import NotReady
+from service.evaluation import EvalService
+from service.index import Index, IndexLimits
+from service.loaders import iter_documents
+from service.observability import ServiceMetrics
+from service.pipeline import Limits, SearchPipeline
+from service.rerank import CrossEncoderReranker, Reranker
+from service.settings import Settings
+from service.sparse import Bm25Params
+from service.stores.base import VectorStore
+from service.tokenizer import TokenizerConfig
+
+log = logging.getLogger("plumbline")
+
+
+@dataclass(frozen=True)
+class Components:
+    """Factories for the heavy parts; defaults build the real ones from settings."""
+
+    embedder: Callable[[Settings], Embedder] | None = None
+    reranker: Callable[[Settings], Reranker | None] | None = None
+    store: Callable[[Settings], VectorStore] | None = None
+
+
+def build_embedder(settings: Settings) -> Embedder:
+    return SentenceTransformerEmbedder(
+        settings.embedding_model,
+        batch_size=settings.embedding_batch_size,
+        query_prefix=settings.query_prefix,
+        document_prefix=settings.document_prefix,
+    )
+
+
+def build_reranker(settings: Settings) -> Reranker | None:
+    if not settings.rerank_model:
+        return None
+    return CrossEncoderReranker(
+        settings.rerank_model, max_tokens=settings.rerank_max_tokens, concurrency=settings.rerank_concurrency
+    )
+
+
+def build_store(settings: Settings) -> VectorStore:
+    if settings.backend == "qdrant":
+        from qdrant_client import QdrantClient
+
+        from service.stores.qdrant import QdrantStore
+
+        return QdrantStore(QdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key), settings.collection)
+    from service.stores.edge import EdgeStore
+
+    return EdgeStore(settings.data_dir / "index")
+
+
+class Runtime:
+    """The service's live state: components, readiness, and the reason when not ready.
+
+    Example:
+        >>> rt = Runtime(Settings(data_dir=Path("/tmp/pl")))  # doctest: +SKIP
+        >>> rt.warm_up(); rt.pipeline.search("vpn error", SearchParams())  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        components: Components | None = None,
+        metrics: ServiceMetrics | None = None,
+        preload: tuple[Path, ...] = (),
+    ) -> None:
+        self.settings = settings
+        self.components = components or Components()
+        self.metrics = metrics
+        self.preload = preload
+        self.error: str | None = None
+        self.evals = EvalService(SetStore(settings.sets_dir), RunStore(settings.runs_dir, settings.baselines_dir))
+        self._index: Index | None = None
+        self._pipeline: SearchPipeline | None = None
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    @property
+    def index(self) -> Index:
+        if self._index is None or not self.ready:
+            raise NotReady(self.error or "the service is still loading models; retry shortly")
+        return self._index
+
+    @property
+    def pipeline(self) -> SearchPipeline:
+        if self._pipeline is None or not self.ready:
+            raise NotReady(self.error or "the service is still loading models; retry shortly")
+        return self._pipeline
+
+    def start(self) -> None:
+        """Warm up in a background thread, so liveness answers while models load."""
+        self._thread = threading.Thread(target=self._warm_up_logged, name="plumbline-warm-up", daemon=True)
+        self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.ready
+
+    def _warm_up_logged(self) -> None:
+        try:
+            self.warm_up()
+        except Exception as exc:
+            self.error = f"warm-up failed: {exc}"
+            log.exception("warm-up failed")
+
+    def warm_up(self) -> None:
+        s = self.settings
+        if s.torch_threads:
+            import torch
+
+            torch.set_num_threads(s.torch_threads)
+        embedder = (self.components.embedder or build_embedder)(s)
+        reranker = (self.components.reranker or build_reranker)(s)
+        store = (self.components.store or build_store)(s)
+        index = Index(
+            store,
+            embedder,
+            Chunker(ChunkerConfig(s.chunk_size, s.chunk_overlap)),
+            TokenizerConfig(stemmer=s.stemmer, stopwords=s.stopwords),
+            Bm25Params(k1=s.bm25_k1, b=s.bm25_b, avg_len=s.bm25_avg_len or 1.0),
+            measure_avg_len=s.bm25_avg_len is None,
+            limits=IndexLimits(s.max_batch_documents, s.max_document_chars),
+        )
+        for folder in self.preload:
+            docs = list(iter_documents(folder))
+            for start in range(0, len(docs), s.max_batch_documents):
+                result = index.ingest(docs[start : start + s.max_batch_documents])
+                log.info("preloaded %s: %s", folder, result)
+        self._index = index
+        self._pipeline = SearchPipeline(
+            store,
+            embedder,
+            index.encoder,
+            reranker,
+            Limits(s.max_k, s.max_candidates, s.max_rerank_depth, s.max_query_chars),
+            observe_stage=self.metrics.observe_stage if self.metrics else None,
+        )
+        self._ready.set()
+        if self.metrics:
+            self.metrics.ready.set(1)
+
+    def close(self) -> None:
+        self._ready.clear()
+        if self.metrics:
+            self.metrics.ready.set(0)
+        if self._index is not None:
+            self._index.store.close()

@@ -1,0 +1,99 @@
+"""The one Settings object. Values come from arguments, then `PLUMBLINE_*` environment variables.
+
+Nothing here is built at import time: `create_app(Settings(...))` and the CLI construct it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from service.domain import FusionMethod, Mode
+
+PACKAGED_MODEL = "packaged:all-MiniLM-L6-v2"
+
+
+class Settings(BaseSettings):
+    """Service configuration.
+
+    Example:
+        >>> Settings(data_dir=Path("/tmp/plumbline"), chunk_size=600).chunk_overlap
+        100
+    """
+
+    model_config = SettingsConfigDict(env_prefix="PLUMBLINE_", extra="forbid")
+
+    # storage
+    backend: Literal["edge", "qdrant"] = "edge"
+    data_dir: Path = Path("data")
+    qdrant_url: str | None = None
+    qdrant_api_key: str | None = None
+    collection: str = "plumbline"
+
+    # models
+    embedding_model: str = PACKAGED_MODEL
+    embedding_batch_size: int = Field(32, ge=1, le=1024)
+    query_prefix: str = ""
+    document_prefix: str = ""
+    rerank_model: str | None = None
+    rerank_max_tokens: int = Field(256, ge=16, le=1024)
+    rerank_concurrency: int = Field(1, ge=1, le=16)
+    torch_threads: int | None = Field(None, ge=1)
+
+    # analysis and chunking
+    chunk_size: int = Field(1000, ge=100, le=20_000, description="target chunk length in characters")
+    chunk_overlap: int = Field(100, ge=0)
+    stemmer: str | None = "english"
+    stopwords: str = "lucene"
+    bm25_k1: float = Field(0.9, gt=0)
+    bm25_b: float = Field(0.4, ge=0, le=1)
+    bm25_avg_len: float | None = Field(
+        None, gt=0, description="mean chunk length in terms; None: measured on the first ingested batch"
+    )
+
+    # search defaults and limits
+    default_k: int = Field(10, ge=1)
+    default_mode: Mode = Mode.HYBRID
+    default_fusion: FusionMethod = FusionMethod.WEIGHTED
+    default_alpha: float = Field(0.5, ge=0, le=1)
+    default_rrf_k: int = Field(60, ge=1)
+    default_candidates: int = Field(100, ge=1)
+    default_rerank_depth: int = Field(20, ge=1)
+    default_rerank: bool = Field(True, description="rerank when a cross-encoder is configured and not asked otherwise")
+    max_k: int = Field(100, ge=1)
+    max_candidates: int = Field(1000, ge=1)
+    max_rerank_depth: int = Field(50, ge=1)
+    max_query_chars: int = Field(2000, ge=1)
+
+    # ingestion limits
+    max_batch_documents: int = Field(500, ge=1)
+    max_document_chars: int = Field(2_000_000, ge=1)
+    max_request_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+
+    # evaluation
+    eval_sets_dir: Path | None = Field(None, description="writable labelled sets; default DATA_DIR/eval/sets")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if self.chunk_overlap >= self.chunk_size // 2:
+            raise ValueError("chunk_overlap must be under half of chunk_size")
+        if self.backend == "qdrant" and not self.qdrant_url:
+            raise ValueError("backend 'qdrant' needs qdrant_url (PLUMBLINE_QDRANT_URL)")
+        if self.default_k > self.max_k or self.default_candidates > self.max_candidates:
+            raise ValueError("default_k and default_candidates must not exceed max_k and max_candidates")
+        return self
+
+    @property
+    def sets_dir(self) -> Path:
+        return self.eval_sets_dir or self.data_dir / "eval" / "sets"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.data_dir / "eval" / "runs"
+
+    @property
+    def baselines_dir(self) -> Path:
+        return self.data_dir / "eval" / "baselines"

@@ -1,0 +1,139 @@
+"""The vector-store contract: what the index and the search pipeline need from an engine.
+
+One collection holds three kinds of points, told apart by the payload field `kind`:
+`chunk` (named vectors "dense" and "bm25"), `document` (the caller's record, no vectors) and
+`manifest` (how the index was built, no vectors). Adapters are thin: they translate the engine-neutral
+filter tree of `service.filters` and move points; all policy lives above them. Every adapter runs the
+same contract suite (`tests/service/stores/test_contract.py`) and must return the same hits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Generic, Literal, Protocol, TypeVar
+
+from service.filters import Clause, Condition, DateRange, HasId, IsEmpty, Match, MatchAny, NumberRange
+from service.sparse import SparseVector
+
+DENSE: Literal["dense"] = "dense"
+SPARSE: Literal["bm25"] = "bm25"
+VectorName = Literal["dense", "bm25"]
+# Payload fields of candidates: enough to fuse and to drop stale generations; the rest is fetched
+# for the final hits only.
+CANDIDATE_FIELDS = ("chunk_id", "doc_id", "gen")
+
+
+class FieldType(StrEnum):
+    KEYWORD = "keyword"
+    INTEGER = "integer"
+    DATETIME = "datetime"
+
+
+# Payload indexes on every filterable field.
+PAYLOAD_INDEXES: Mapping[str, FieldType] = {
+    "kind": FieldType.KEYWORD,
+    "doc_id": FieldType.KEYWORD,
+    "chunk_id": FieldType.KEYWORD,
+    "tenant": FieldType.KEYWORD,
+    "tags": FieldType.KEYWORD,
+    "status": FieldType.KEYWORD,
+    "gen": FieldType.INTEGER,
+    "updated_at": FieldType.DATETIME,
+    "valid_until": FieldType.DATETIME,
+}
+
+
+@dataclass(frozen=True)
+class StorePoint:
+    """A point to write: `dense`/`sparse` are None for record points without vectors."""
+
+    id: str
+    payload: Mapping[str, Any]
+    dense: Sequence[float] | None = None
+    sparse: SparseVector | None = None
+
+
+@dataclass(frozen=True)
+class VectorQuery:
+    """One nearest-neighbour query on the named vector `using`, filtered inside the engine."""
+
+    using: VectorName
+    vector: Sequence[float] | SparseVector
+    filter: Clause
+    limit: int
+
+
+@dataclass(frozen=True)
+class ScoredPoint:
+    id: str
+    score: float
+    payload: Mapping[str, Any]
+
+
+class VectorStore(Protocol):
+    """What an engine adapter provides. Implementations: `EdgeStore`, `QdrantStore`."""
+
+    def ensure_schema(self, dimension: int) -> None:
+        """Create the collection and payload indexes if missing; idempotent."""
+
+    def upsert(self, points: Sequence[StorePoint]) -> None:
+        """Insert or replace points; durable once it returns."""
+
+    def delete(self, where: Clause) -> None:
+        """Delete every point matching `where`; durable once it returns."""
+
+    def query(self, queries: Sequence[VectorQuery]) -> list[list[ScoredPoint]]:
+        """Run queries; each result holds only `CANDIDATE_FIELDS` of the payload, best first."""
+
+    def retrieve(self, ids: Sequence[str]) -> list[ScoredPoint]:
+        """Full payloads of the given points (score 0), in no particular order; missing ids are skipped."""
+
+    def scroll(self, where: Clause, limit: int) -> list[ScoredPoint]:
+        """Up to `limit` points matching `where` with full payloads (score 0)."""
+
+    def count(self, where: Clause) -> int:
+        """Exact number of points matching `where`."""
+
+    def close(self) -> None:
+        """Flush and release the engine."""
+
+
+T = TypeVar("T")
+
+
+class FilterDialect(Protocol, Generic[T]):
+    """How one client library spells each node of the neutral filter tree."""
+
+    def match(self, key: str, value: str | int | bool) -> T: ...
+    def match_any(self, key: str, values: Sequence[str]) -> T: ...
+    def number_range(self, c: NumberRange) -> T: ...
+    def date_range(self, key: str, gt: str | None, gte: str | None, lt: str | None, lte: str | None) -> T: ...
+    def is_empty(self, key: str) -> T: ...
+    def has_id(self, ids: Sequence[str]) -> T: ...
+    def clause(self, must: list[T], should: list[T], must_not: list[T]) -> T: ...
+
+
+def translate(node: Condition, dialect: FilterDialect[T]) -> T:
+    """The neutral filter tree in a client's own types (dates as RFC 3339 strings)."""
+    if isinstance(node, Clause):
+        return dialect.clause(
+            [translate(c, dialect) for c in node.must],
+            [translate(c, dialect) for c in node.should],
+            [translate(c, dialect) for c in node.must_not],
+        )
+    if isinstance(node, Match):
+        return dialect.match(node.key, node.value)
+    if isinstance(node, MatchAny):
+        return dialect.match_any(node.key, node.values)
+    if isinstance(node, NumberRange):
+        return dialect.number_range(node)
+    if isinstance(node, DateRange):
+        iso = [d.isoformat() if d else None for d in (node.gt, node.gte, node.lt, node.lte)]
+        return dialect.date_range(node.key, *iso)
+    if isinstance(node, IsEmpty):
+        return dialect.is_empty(node.key)
+    if isinstance(node, HasId):
+        return dialect.has_id(node.ids)
+    raise TypeError(f"unknown filter node {node!r}")

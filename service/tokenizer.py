@@ -1,0 +1,116 @@
+"""Text analysis for the keyword (BM25) side: one tokenizer for every backend.
+
+Latin-script text is split into words, case-folded, stripped of stopwords and stemmed (Snowball).
+CJK text has no spaces, so each run of CJK characters yields its characters and its character bigrams,
+the classic recipe that needs no dictionary and reached hit@5 above 0.95 on CMRC 2018 (see README).
+Token ids are hashed (blake2b, 32 bits) so that replicas need no shared vocabulary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+
+import Stemmer
+
+# Lucene's EnglishAnalyzer stopword set (the one Pyserini's BM25 baselines use).
+LUCENE_STOPWORDS = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "but",
+        "by",
+        "for",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "no",
+        "not",
+        "of",
+        "on",
+        "or",
+        "such",
+        "that",
+        "the",
+        "their",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "to",
+        "was",
+        "will",
+        "with",
+    ]
+)
+STOPWORD_SETS: dict[str, frozenset[str]] = {"none": frozenset(), "lucene": LUCENE_STOPWORDS}
+
+# Han (incl. extension A and compatibility ideographs), kana, hangul syllables.
+_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
+_TOKEN_RE = re.compile(rf"([{_CJK}]+)|((?:(?![{_CJK}])[^\W_])+)")
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    """How text becomes BM25 terms. Part of the index manifest: changing it needs a re-index.
+
+    Example:
+        >>> Tokenizer(TokenizerConfig()).tokens("Refunds for the annual plans")
+        ['refund', 'annual', 'plan']
+    """
+
+    stemmer: str | None = "english"
+    stopwords: str = "lucene"
+    cjk_bigrams: bool = True
+
+    def __post_init__(self) -> None:
+        if self.stopwords not in STOPWORD_SETS:
+            raise ValueError(f"unknown stopword set {self.stopwords!r}; choose one of {sorted(STOPWORD_SETS)}")
+        if self.stemmer is not None and self.stemmer not in Stemmer.algorithms():
+            raise ValueError(f"unknown stemmer {self.stemmer!r}; choose one of {Stemmer.algorithms()}")
+
+
+class Tokenizer:
+    """Turns text into a list of normalised terms and terms into stable 32-bit ids.
+
+    Example:
+        >>> t = Tokenizer(TokenizerConfig())
+        >>> t.tokens("退款政策")
+        ['退', '款', '政', '策', '退款', '款政', '政策']
+    """
+
+    def __init__(self, config: TokenizerConfig) -> None:
+        self.config = config
+        self._stopwords = STOPWORD_SETS[config.stopwords]
+        self._stemmer = Stemmer.Stemmer(config.stemmer) if config.stemmer else None
+
+    def tokens(self, text: str) -> list[str]:
+        """Normalise (NFKC, case-fold) and split `text` into terms (a multiset: order carries no meaning)."""
+        text = unicodedata.normalize("NFKC", text).casefold()
+        out: list[str] = []
+        for match in _TOKEN_RE.finditer(text):
+            cjk, word = match.groups()
+            if cjk:
+                out.extend(cjk)
+                if self.config.cjk_bigrams:
+                    out.extend(cjk[i : i + 2] for i in range(len(cjk) - 1))
+            elif word not in self._stopwords:
+                out.append(self._stemmer.stemWord(word) if self._stemmer else word)
+        return out
+
+
+@lru_cache(maxsize=1 << 18)
+def term_id(term: str) -> int:
+    """A stable unsigned 32-bit id for `term` (blake2b), the sparse-vector index."""
+    return int.from_bytes(hashlib.blake2b(term.encode("utf-8"), digest_size=4).digest(), "little")
