@@ -47,6 +47,8 @@ class Label:
             raise EvalError("a chunk label names only chunk_id (its document is implied)")
         if self.chunk_id is None and self.doc_id is None:
             raise EvalError("a label needs doc_id (optionally with evidence) or chunk_id")
+        if self.evidence is not None and not isinstance(self.evidence, str):
+            raise EvalError(f"evidence must be a string, got {self.evidence!r}")
         if self.evidence is not None and not self.evidence.strip():
             raise EvalError("evidence is empty: give the words that answer the question, or drop it")
         for name, value in (("doc_id", self.doc_id), ("chunk_id", self.chunk_id)):
@@ -135,6 +137,8 @@ def case_from_json(obj: object) -> Case:
     for key in ("id", "question", "relevant"):
         if key not in obj:
             raise EvalError(f"missing {key!r}")
+    if isinstance(obj["id"], bool) or not isinstance(obj["id"], str | int):
+        raise EvalError(f"id must be a string, got {obj['id']!r}")
     if not isinstance(obj["question"], str):
         raise EvalError("question must be a string")
     relevant = obj["relevant"]
@@ -170,7 +174,9 @@ def parse_jsonl(text: str, name: str = "<set>") -> list[Case]:
     cases: list[Case] = []
     errors: list[str] = []
     seen: dict[str, int] = {}
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    # split on "\n" only: str.splitlines() also splits on U+2028, U+2029 and U+0085, which JSON
+    # strings may hold raw (dump_jsonl writes them unescaped)
+    for lineno, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:

@@ -27,6 +27,9 @@ from service.rerank import Reranker
 from service.sparse import Bm25Encoder, SparseVector
 from service.stores.base import DENSE, SPARSE, ScoredPoint, VectorName, VectorQuery, VectorStore
 
+# Candidates are fetched this much deeper than asked and cut by (score, chunk id) here, so that ties at
+# the cut are broken the same way on every engine and every run.
+TIE_MARGIN = 16
 RERANK_OFF = "rerank was requested but no cross-encoder is configured (set PLUMBLINE_RERANK_MODEL); not reranked"
 
 
@@ -142,17 +145,17 @@ class SearchPipeline:
         requests: list[tuple[int, VectorName, VectorQuery]] = []
         for i, p in enumerate(params):
             if i in vectors:
-                requests.append((i, DENSE, VectorQuery(DENSE, vectors[i].tolist(), filters[i], p.candidates)))
+                requests.append((i, DENSE, VectorQuery(DENSE, vectors[i].tolist(), filters[i], p.candidates + TIE_MARGIN)))
             if i in sparse:
                 if sparse[i].is_empty:
                     warnings[i].append("the query has no keyword terms after analysis (only stopwords?)")
                 else:
-                    requests.append((i, SPARSE, VectorQuery(SPARSE, sparse[i], filters[i], p.candidates)))
+                    requests.append((i, SPARSE, VectorQuery(SPARSE, sparse[i], filters[i], p.candidates + TIE_MARGIN)))
         with timer("retrieve"):
             results = self.store.query([r for _, _, r in requests])
         candidates = [_Candidates() for _ in queries]
         for (i, using, _), points in zip(requests, results, strict=True):
-            candidates[i].lists[using] = _collect(points, candidates[i])
+            candidates[i].lists[using] = _collect(points, candidates[i], params[i].candidates)
         for c in candidates:
             _drop_stale_generations(c)
         with timer("rescore"):
@@ -247,9 +250,10 @@ class SearchPipeline:
         return sorted(top, key=lambda c: (-scores[c], c))
 
 
-def _collect(points: list[ScoredPoint], c: _Candidates) -> dict[str, float]:
+def _collect(points: list[ScoredPoint], c: _Candidates, limit: int) -> dict[str, float]:
+    """The top `limit` by (score, chunk id): the engine's own order among ties at the cut is not ours."""
     scores: dict[str, float] = {}
-    for sp in points:
+    for sp in sorted(points, key=lambda sp: (-sp.score, sp.payload["chunk_id"]))[:limit]:
         chunk_id = sp.payload["chunk_id"]
         scores[chunk_id] = sp.score
         c.points[chunk_id] = sp.id

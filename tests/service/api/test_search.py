@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+DOCS = [
+    {"id": "pw-2024", "title": "Passwords 2024", "text": "# P\n\nMinimum password length is 12 characters.",
+     "status": "superseded", "tags": ["security"], "tenant": "acme"},
+    {"id": "pw", "title": "Passwords", "text": "# P\n\nMinimum password length is 16 characters.",
+     "tags": ["security"], "tenant": "acme", "supersedes": "pw-2024", "metadata": {"review_days": 180}},
+    {"id": "vpn", "title": "VPN", "text": "# VPN\n\nError LC-419 means the token expired.", "tags": ["it"],
+     "tenant": "acme", "updated_at": "2026-10-01T00:00:00Z"},
+    {"id": "promo", "title": "Promo", "text": "# Promo\n\nPassword length contest.", "tenant": "acme",
+     "valid_until": "2020-01-01T00:00:00Z"},
+]
+
+
+@pytest.fixture
+def loaded(client: TestClient) -> TestClient:
+    assert client.post("/documents", json={"documents": DOCS}).status_code == 200
+    return client
+
+
+def test_search_response_shape(loaded: TestClient) -> None:
+    r = loaded.post("/search", json={"query": "password length", "k": 5, "explain": True})
+    assert r.status_code == 200
+    body = r.json()
+    # superseded and expired documents are excluded by default; the dense side still returns every other chunk
+    assert [h["doc_id"] for h in body["hits"]] == ["pw", "vpn"]
+    hit = body["hits"][0]
+    assert set(hit["stages"]) >= {"dense", "keyword", "fusion"}
+    assert hit["span"] == [5, len(DOCS[1]["text"])] and hit["heading_path"] == "P" and hit["metadata"] == {"review_days": 180}
+    assert {"embed", "retrieve", "total"} <= set(body["timings_ms"])
+    assert body["params"]["mode"] == "hybrid" and body["params"]["fusion"] == "weighted"
+    assert body["params"]["rerank"] is False and body["reranked"] is False
+
+
+def test_filters_over_http(loaded: TestClient) -> None:
+    old = loaded.post("/search", json={"query": "password length", "fresh_only": False,
+                                       "filters": {"status": ["superseded"]}}).json()
+    assert [h["doc_id"] for h in old["hits"]] == ["pw-2024"]
+    recent = loaded.post("/search", json={"query": "error token", "filters": {"updated_after": "2026-09-01T00:00:00Z"}})
+    assert [h["doc_id"] for h in recent.json()["hits"]] == ["vpn"]
+    meta = loaded.post("/search", json={"query": "password", "filters": {"metadata": {"review_days": {"gte": 100}}}})
+    assert [h["doc_id"] for h in meta.json()["hits"]] == ["pw"]
+    other = loaded.post("/search", json={"query": "password", "filters": {"tenant": "globex"}})
+    assert other.json()["hits"] == []
+
+
+def test_rerank_request_without_model_is_reported(loaded: TestClient) -> None:
+    body = loaded.post("/search", json={"query": "password", "rerank": True}).json()
+    assert body["reranked"] is False and any("no cross-encoder is configured" in w for w in body["warnings"])
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"query": "x", "k": 0}, "k must be between 1 and 100"),
+        ({"query": "x", "k": 500}, "k must be between 1 and 100"),
+        ({"query": ""}, "query is empty"),
+        ({"query": "x" * 3000}, "the limit is 2000"),
+        ({"query": "x", "filters": {"tennant": "acme"}}, "filters.tennant: unknown field"),
+        ({"query": "x", "filters": {"updated_after": "last week"}}, "filters.updated_after"),
+        ({"query": "x", "mode": "semantic"}, "mode: Input should be 'dense', 'keyword' or 'hybrid'"),
+        ({"query": "x", "alpha": 1.5}, "alpha must be within 0..1"),
+        ({"query": "x", "fusion": "max"}, "fusion"),
+        ({"query": "x", "candidates": 5000}, "candidates must be between"),
+        ({"query": "x", "filters": {"status": ["archived"]}}, "set fresh_only to false"),
+        ({"query": "x", "filters": {"metadata": {"a b": 1}}}, "metadata filter key"),
+        ({"k": 3}, "query: Field required"),
+        ({"query": "x", "limit": 3}, "limit: unknown field"),
+    ],
+)
+def test_bad_requests_get_4xx_with_what_to_fix(loaded: TestClient, body: dict, message: str) -> None:
+    r = loaded.post("/search", json=body)
+    assert r.status_code == 422, r.text
+    assert message in r.json()["detail"]

@@ -1,0 +1,175 @@
+"""One contract suite, run over every VectorStore adapter (qdrant-client congruence style)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from qdrant_client import QdrantClient
+
+from service.filters import Clause, DateRange, HasId, IsEmpty, Match, MatchAny, NumberRange
+from service.sparse import SparseVector
+from service.stores.base import DENSE, SPARSE, StorePoint, VectorQuery, VectorStore
+from service.stores.edge import EdgeStore
+from service.stores.qdrant import QdrantStore
+
+CHUNKS = Clause(must=(Match("kind", "chunk"),))
+
+
+def _id(i: int) -> str:
+    return f"00000000-0000-0000-0000-{i:012d}"
+
+
+def _points() -> list[StorePoint]:
+    base = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    out = []
+    for i in range(12):
+        payload = {
+            "kind": "chunk",
+            "chunk_id": f"d{i % 4}#{i}",
+            "doc_id": f"d{i % 4}",
+            "gen": 1 + i % 2,
+            "tenant": "acme" if i % 3 else "globex",
+            "tags": ["billing"] if i % 2 else ["hr", "it"],
+            "status": "current" if i % 5 else "superseded",
+            "updated_at": (base + dt.timedelta(days=i)).isoformat(),
+            "metadata": {"days": i * 10, "owner": "ana" if i < 6 else "bo"},
+            "text": f"text {i}",
+        }
+        if i % 4 == 0:
+            payload["valid_until"] = (base + dt.timedelta(days=30 + i)).isoformat()
+        dense = [1.0, i / 10, (i % 3) / 3, 0.5]
+        sparse = SparseVector((1, 2 + i % 3), (1.0 + i / 10, 0.5))
+        out.append(StorePoint(_id(i), payload, dense=dense, sparse=sparse))
+    out.append(StorePoint(_id(99), {"kind": "manifest", "note": "no vectors"}))
+    return out
+
+
+@pytest.fixture(params=["edge", "qdrant-memory"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorStore]:
+    s: VectorStore = (
+        EdgeStore(tmp_path / "index") if request.param == "edge" else QdrantStore(QdrantClient(":memory:"), "t")
+    )
+    s.ensure_schema(4)
+    s.ensure_schema(4)  # idempotent
+    s.upsert(_points())
+    yield s
+    s.close()
+
+
+def _ids(points: list) -> list[str]:
+    return [p.payload["chunk_id"] for p in points]
+
+
+def test_counts_and_retrieve(store: VectorStore) -> None:
+    assert store.count(Clause()) == 13
+    assert store.count(CHUNKS) == 12
+    [manifest] = store.retrieve([_id(99)])
+    assert manifest.payload["note"] == "no vectors"
+    got = store.retrieve([_id(3), "00000000-0000-0000-0000-000000000777"])
+    assert [p.payload["chunk_id"] for p in got] == ["d3#3"]
+
+
+def test_payload_round_trip(store: VectorStore) -> None:
+    [p] = store.retrieve([_id(4)])
+    assert p.payload["metadata"] == {"days": 40, "owner": "ana"} and p.payload["tags"] == ["hr", "it"]
+
+
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [
+        (Match("tenant", "globex"), {0, 3, 6, 9}),
+        (MatchAny("tags", ("billing",)), {1, 3, 5, 7, 9, 11}),
+        (MatchAny("doc_id", ("d1", "d2")), {1, 2, 5, 6, 9, 10}),
+        (Match("gen", 2), {1, 3, 5, 7, 9, 11}),
+        (NumberRange("gen", lt=2), {0, 2, 4, 6, 8, 10}),
+        (NumberRange("metadata.days", gte=30, lt=60), {3, 4, 5}),
+        (Match("metadata.owner", "bo"), {6, 7, 8, 9, 10, 11}),
+        (DateRange("updated_at", gte=dt.datetime(2026, 1, 10, tzinfo=dt.UTC)), {9, 10, 11}),
+        (IsEmpty("valid_until"), {1, 2, 3, 5, 6, 7, 9, 10, 11}),
+        (
+            Clause(
+                should=(IsEmpty("valid_until"), DateRange("valid_until", gt=dt.datetime(2026, 2, 5, tzinfo=dt.UTC)))
+            ),
+            {1, 2, 3, 5, 6, 7, 8, 9, 10, 11},
+        ),
+        (HasId((_id(2), _id(7))), {2, 7}),
+        (Clause(must_not=(Match("status", "current"),)), {0, 5, 10}),
+    ],
+)
+def test_filters_select_the_same_points(store: VectorStore, where: object, expected: set[int]) -> None:
+    clause = Clause(must=(Match("kind", "chunk"), where))  # type: ignore[arg-type]
+    got = {int(p.payload["chunk_id"].split("#")[1]) for p in store.scroll(clause, limit=100)}
+    assert got == expected
+    assert store.count(clause) == len(expected)
+
+
+def _cosine_order(query: list[float], allowed: set[int]) -> list[str]:
+    q = np.array(query) / np.linalg.norm(query)
+    scored = []
+    for i, p in enumerate(_points()[:12]):
+        if i in allowed:
+            v = np.array(p.dense) / np.linalg.norm(p.dense)
+            scored.append((-float(q @ v), p.payload["chunk_id"]))
+    return [c for _, c in sorted(scored)]
+
+
+def test_dense_and_sparse_queries_are_filtered_inside_the_engine(store: VectorStore) -> None:
+    acme = Clause(must=(Match("kind", "chunk"), Match("tenant", "acme")))
+    acme_points = {i for i in range(12) if i % 3}
+    query = [1.0, 1.1, 0.0, 0.5]
+    dense, sparse = store.query(
+        [
+            VectorQuery(DENSE, query, acme, 3),
+            VectorQuery(SPARSE, SparseVector((3,), (1.0,)), acme, 10),
+        ]
+    )
+    assert _ids(dense) == _cosine_order(query, acme_points)[:3]
+    assert set(dense[0].payload) == {"chunk_id", "doc_id", "gen"}  # candidates carry only what fusion needs
+    assert [p.score for p in dense] == sorted((p.score for p in dense), reverse=True)
+    # term 3 sits in chunks i % 3 == 1; the filter must keep out globex chunks (i % 3 == 0) before the limit
+    assert sorted(_ids(sparse)) == sorted(f"d{i % 4}#{i}" for i in range(12) if i % 3 == 1)
+
+
+def test_sparse_scores_use_idf(store: VectorStore) -> None:
+    # same weight in the point for both terms: the rarer term (in a third of the chunks) must score higher
+    [common], [rare] = store.query(
+        [
+            VectorQuery(
+                SPARSE, SparseVector((1,), (1.0,)), Clause(must=(Match("kind", "chunk"), Match("chunk_id", "d0#4"))), 1
+            ),
+            VectorQuery(
+                SPARSE, SparseVector((3,), (1.0,)), Clause(must=(Match("kind", "chunk"), Match("chunk_id", "d0#4"))), 1
+            ),
+        ]
+    )
+    # chunk 4 has term 1 at weight 1.4 and term 3 at 0.5; IDF of term 1 (in all 12) is far below term 3 (in 4)
+    assert common.score / 1.4 < rare.score / 0.5
+
+
+def test_delete_by_filter(store: VectorStore) -> None:
+    store.delete(Clause(must=(Match("doc_id", "d1"), NumberRange("gen", lt=2))))
+    # d1 holds chunks 1, 5, 9, all generation 2: nothing of d1 is older than 2
+    assert {p.payload["chunk_id"] for p in store.scroll(Clause(must=(Match("doc_id", "d1"),)), 100)} == {
+        "d1#1",
+        "d1#5",
+        "d1#9",
+    }
+    store.delete(Clause(must=(Match("doc_id", "d0"), NumberRange("gen", lt=2))))  # d0: chunks 0, 4, 8, gen 1
+    assert store.scroll(Clause(must=(Match("doc_id", "d0"),)), 100) == []
+    store.delete(Clause(must=(Match("kind", "chunk"),)))
+    assert store.count(CHUNKS) == 0 and store.count(Clause()) == 1
+
+
+def test_edge_store_survives_reopen(tmp_path: Path) -> None:
+    s = EdgeStore(tmp_path / "index")
+    s.ensure_schema(4)
+    s.upsert(_points())
+    s.close()
+    again = EdgeStore(tmp_path / "index")
+    again.ensure_schema(4)
+    assert again.count(CHUNKS) == 12
+    again.close()

@@ -1,0 +1,166 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from service.chunking import Chunker, ChunkerConfig
+from service.domain import Document
+from service.errors import IndexMismatch, InvalidRequest, NotFound, PayloadTooLarge
+from service.filters import Clause, Match
+from service.index import Index, IndexLimits
+from service.pipeline import SearchParams, SearchPipeline
+from service.sparse import Bm25Params
+from service.stores.base import VectorStore
+from service.stores.edge import EdgeStore
+from service.tokenizer import TokenizerConfig
+from tests.fakes import FakeEmbedder, FlakyStore
+
+V1 = Document(id="policy/pw", title="Passwords", text="# Passwords\n\n## Length\n\nMinimum length is twelve characters.\n\n"
+              "## Rotation\n\nRotate every ninety days.\n")
+V2 = Document(id="policy/pw", title="Passwords", text="# Passwords\n\n## Length\n\nMinimum length is sixteen characters.\n\n"
+              "## Rotation\n\nNo scheduled rotation.\n\n## MFA\n\nUse a hardware key.\n")
+OTHER = Document(id="it/vpn", title="VPN", text="# VPN\n\nConnect with lkconnect up.\n")
+
+
+def make_index(store: VectorStore, **kw: object) -> Index:
+    return Index(store, FakeEmbedder(), Chunker(ChunkerConfig(size=200, overlap=0)), TokenizerConfig(), Bm25Params(),
+                 **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[EdgeStore]:
+    s = EdgeStore(tmp_path / "index")
+    yield s
+    s.close()
+
+
+def texts(index: Index, doc_id: str) -> list[str]:
+    return [c.text for c in index.get(doc_id).chunks]
+
+
+def search_texts(index: Index, query: str) -> list[str]:
+    pipeline = SearchPipeline(index.store, index.embedder, index.encoder, None)
+    return [h.chunk.text for h in pipeline.search(query, SearchParams(k=10, candidates=50)).hits]
+
+
+def test_ingest_get_delete(store: EdgeStore) -> None:
+    index = make_index(store)
+    result = index.ingest([V1, OTHER])
+    assert (result.documents, result.chunks, result.unchanged) == (2, 3, 0)
+    stored = index.get("policy/pw")
+    assert stored.document == V1
+    assert [c.heading_path for c in stored.chunks] == [("Length",), ("Rotation",)]
+    assert index.delete("policy/pw") == 2
+    with pytest.raises(NotFound):
+        index.get("policy/pw")
+    assert index.count("chunk") == 1 and index.count("document") == 1
+
+
+def test_reingest_replaces_all_chunks(store: EdgeStore) -> None:
+    index = make_index(store)
+    index.ingest([V1, OTHER])
+    index.ingest([V2])
+    assert texts(index, "policy/pw") == ["Minimum length is sixteen characters.", "No scheduled rotation.",
+                                         "Use a hardware key."]
+    assert index.count("chunk") == 4 and index.count("document") == 2
+    assert "Minimum length is twelve characters." not in search_texts(index, "minimum length characters")
+
+
+def test_unchanged_documents_are_not_re_embedded(store: EdgeStore) -> None:
+    index = make_index(store)
+    index.ingest([V1, OTHER])
+    calls = index.embedder.calls  # type: ignore[attr-defined]
+    result = index.ingest([V1, OTHER])
+    assert (result.chunks, result.unchanged) == (0, 2)
+    assert index.embedder.calls == calls  # type: ignore[attr-defined]
+
+
+class PausingStore(FlakyStore):
+    """Runs `during` just before the first delete, i.e. after the new generation is written."""
+
+    def __init__(self, inner: VectorStore) -> None:
+        super().__init__(inner, fail_on_upsert=-1)
+        self.during: Callable[[], None] | None = None
+
+    def delete(self, where: Clause) -> None:
+        if self.during is not None:
+            during, self.during = self.during, None
+            during()
+        super().delete(where)
+
+
+def test_readers_never_see_a_mix_of_old_and_new_chunks(store: EdgeStore) -> None:
+    seen: list[tuple[list[str], int]] = []
+    paused = PausingStore(store)
+    index = make_index(paused)
+    index.ingest([V1])
+    paused.during = lambda: seen.append(
+        (search_texts(index, "length rotation characters key"), store.count(Clause(must=(Match("kind", "chunk"),))))
+    )
+    index.ingest([V2])
+    [(half_way, in_engine)] = seen
+    # both generations were in the engine at that moment, yet the response held only the new one
+    assert in_engine == 2 + 3
+    assert half_way and set(half_way) <= set(texts(index, "policy/pw"))
+
+
+def test_a_failed_write_leaves_the_index_as_it_was(store: EdgeStore, handbook_docs: list[Document]) -> None:
+    index = make_index(store)
+    index.ingest(handbook_docs[:5])
+    before = {d.id: texts(index, d.id) for d in handbook_docs[:5]}
+    counts = (index.count("chunk"), index.count("document"))
+    flaky = FlakyStore(store, fail_on_upsert=2)  # the second write batch of the next ingest fails
+    broken = make_index(flaky)
+    changed = [replace(d, text=d.text + "\n\nAppendix: new text.") for d in handbook_docs[:5]]
+    with pytest.raises(OSError, match="fake disk failure"):
+        broken.ingest(changed + handbook_docs[5:40])
+    assert (index.count("chunk"), index.count("document")) == counts
+    assert {d.id: texts(index, d.id) for d in handbook_docs[:5]} == before
+
+
+@pytest.mark.parametrize(
+    ("docs", "error", "message"),
+    [
+        ([], InvalidRequest, "no documents"),
+        ([replace(OTHER, text="   ")], InvalidRequest, "text is empty"),
+        ([replace(OTHER, id="")], InvalidRequest, "id must be"),
+        ([replace(OTHER, id="a#1")], InvalidRequest, "id must be"),
+        ([OTHER, OTHER], InvalidRequest, "appears twice"),
+        ([replace(OTHER, text="x" * 501)], PayloadTooLarge, "characters"),
+        ([replace(OTHER, id=f"d{i}") for i in range(4)], PayloadTooLarge, "split it"),
+        ([replace(OTHER, text="# Only a heading\n")], InvalidRequest, "no text to index"),
+    ],
+)
+def test_bad_batches_change_nothing(store: EdgeStore, docs: list[Document], error: type, message: str) -> None:
+    index = make_index(store, limits=IndexLimits(max_batch_documents=3, max_document_chars=500))
+    index.ingest([V1])
+    with pytest.raises(error, match=message):
+        index.ingest([V2, *docs] if docs else [])  # a valid replacement of V1 rides along with the bad input
+    assert index.count("document") == 1
+    assert index.get("policy/pw").document == V1
+
+
+def test_title_defaults_to_first_heading_or_id(store: EdgeStore) -> None:
+    index = make_index(store)
+    index.ingest([replace(OTHER, title=""), Document(id="plain", title="", text="no heading here")])
+    assert index.get("it/vpn").document.title == "VPN"
+    assert index.get("plain").document.title == "plain"
+
+
+def test_manifest_guards_against_another_model(tmp_path: Path) -> None:
+    s = EdgeStore(tmp_path / "index")
+    index = make_index(s)
+    index.ingest([V1])
+    assert index.manifest is not None and index.manifest.bm25.avg_len > 1  # measured on the first batch
+    s.close()
+    again = EdgeStore(tmp_path / "index")
+    reopened = make_index(again)
+    assert reopened.manifest == index.manifest and reopened.get("policy/pw").document == V1  # survives restart
+    with pytest.raises(IndexMismatch, match="embedding model"):
+        Index(again, FakeEmbedder(name="other-model"), Chunker(ChunkerConfig()), TokenizerConfig(), Bm25Params())
+    with pytest.raises(IndexMismatch, match="tokenizer"):
+        Index(again, FakeEmbedder(), Chunker(ChunkerConfig()), TokenizerConfig(stemmer=None), Bm25Params())
+    again.close()
