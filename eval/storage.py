@@ -112,7 +112,9 @@ class RunStore:
     def baseline(self, name_or_path: str) -> Run:
         """A baseline by name (data dir, then packaged), or by path to a run file."""
         as_path = Path(name_or_path)
-        if as_path.suffix == ".json" and as_path.is_file():
+        if as_path.suffix == ".json":
+            if not as_path.is_file():
+                raise UnknownName(f"no baseline file {as_path}")
             return load_run(as_path)
         check_name(name_or_path, "baseline")
         for folder in (self.baselines_dir, self.fallback_baselines):

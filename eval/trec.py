@@ -25,7 +25,7 @@ def read_qrels(path: Path) -> Qrels:
     with path.open(encoding="utf-8") as f:
         for n, line in enumerate(f, start=1):
             parts = line.split()
-            if not parts or (n == 1 and not parts[-1].lstrip("-").isdigit()):
+            if not parts or (n == 1 and parts[:2] == ["query-id", "corpus-id"]):
                 continue  # blank, or the BEIR header
             if len(parts) == 3:
                 qid, doc, rel = parts
@@ -70,7 +70,8 @@ def cases_from_qrels(
             raise EvalError(f"query {qid!r} is judged in the qrels but missing from the queries file")
         if not any(g > 0 for g in judged.values()):
             continue
-        labels = tuple(Label(doc_id=doc, grade=g) for doc, g in sorted(judged.items()))
+        # trec_eval reads negative grades as judged non-relevant: so do we (grade 0)
+        labels = tuple(Label(doc_id=doc, grade=max(0, g)) for doc, g in sorted(judged.items()))
         cases.append(Case(id=qid, question=queries[qid], relevant=labels, category=category, source="qrels"))
     return cases
 

@@ -131,6 +131,11 @@ class FilterSpec:
         )
 
 
+def of_kind(kind: str) -> Clause:
+    """Points of one kind: "chunk", "document" or "manifest" (see `service.stores.base`)."""
+    return Clause(must=(Match("kind", kind),))
+
+
 def build_filter(spec: FilterSpec, *, fresh_only: bool, now: dt.datetime) -> Clause:
     """The condition tree for `spec`, plus freshness when `fresh_only` is on.
 

@@ -22,7 +22,7 @@ from service.chunking import Chunker
 from service.domain import Chunk, Document
 from service.embedding import Embedder
 from service.errors import IndexMismatch, InvalidRequest, NotFound, PayloadTooLarge
-from service.filters import Clause, Match, MatchAny, NumberRange
+from service.filters import Clause, Match, MatchAny, NumberRange, of_kind
 from service.payload import (
     MANIFEST_ID,
     chunk_from_payload,
@@ -154,7 +154,7 @@ class Index:
         return StoredDocument(document_from_payload(record), tuple(chunks), gen)
 
     def count(self, kind: str) -> int:
-        return self.store.count(Clause(must=(Match("kind", kind),)))
+        return self.store.count(of_kind(kind))
 
     def _validated(self, docs: Sequence[Document]) -> list[Document]:
         if not docs:

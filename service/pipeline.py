@@ -145,7 +145,9 @@ class SearchPipeline:
         requests: list[tuple[int, VectorName, VectorQuery]] = []
         for i, p in enumerate(params):
             if i in vectors:
-                requests.append((i, DENSE, VectorQuery(DENSE, vectors[i].tolist(), filters[i], p.candidates + TIE_MARGIN)))
+                requests.append(
+                    (i, DENSE, VectorQuery(DENSE, vectors[i].tolist(), filters[i], p.candidates + TIE_MARGIN))
+                )
             if i in sparse:
                 if sparse[i].is_empty:
                     warnings[i].append("the query has no keyword terms after analysis (only stopwords?)")

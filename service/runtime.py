@@ -112,7 +112,9 @@ class Runtime:
         return self._pipeline
 
     def start(self) -> None:
-        """Warm up in a background thread, so liveness answers while models load."""
+        """Warm up in a background thread, so liveness answers while models load (no-op once warm)."""
+        if self.ready or self._thread is not None:
+            return
         self._thread = threading.Thread(target=self._warm_up_logged, name="plumbline-warm-up", daemon=True)
         self._thread.start()
 

@@ -18,41 +18,8 @@ import Stemmer
 
 # Lucene's EnglishAnalyzer stopword set (the one Pyserini's BM25 baselines use).
 LUCENE_STOPWORDS = frozenset(
-    [
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "but",
-        "by",
-        "for",
-        "if",
-        "in",
-        "into",
-        "is",
-        "it",
-        "no",
-        "not",
-        "of",
-        "on",
-        "or",
-        "such",
-        "that",
-        "the",
-        "their",
-        "then",
-        "there",
-        "these",
-        "they",
-        "this",
-        "to",
-        "was",
-        "will",
-        "with",
-    ]
+    "a an and are as at be but by for if in into is it no not of on or such that the their then there "
+    "these they this to was will with".split()
 )
 STOPWORD_SETS: dict[str, frozenset[str]] = {"none": frozenset(), "lucene": LUCENE_STOPWORDS}
 

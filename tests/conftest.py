@@ -15,15 +15,15 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from service.chunking import Chunker, ChunkerConfig  # noqa: E402
-from service.domain import Document  # noqa: E402
-from service.embedding import Embedder, SentenceTransformerEmbedder  # noqa: E402
-from service.index import Index  # noqa: E402
-from service.loaders import iter_documents  # noqa: E402
-from service.settings import PACKAGED_MODEL  # noqa: E402
-from service.sparse import Bm25Params  # noqa: E402
-from service.stores.edge import EdgeStore  # noqa: E402
-from service.tokenizer import TokenizerConfig  # noqa: E402
+from service.chunking import Chunker, ChunkerConfig
+from service.domain import Document
+from service.embedding import Embedder, SentenceTransformerEmbedder
+from service.index import Index
+from service.loaders import iter_documents
+from service.settings import PACKAGED_MODEL
+from service.sparse import Bm25Params
+from service.stores.edge import EdgeStore
+from service.tokenizer import TokenizerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 HANDBOOK = ROOT / "demo" / "handbook"
@@ -60,7 +60,8 @@ def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     folder = tmp_path_factory.mktemp("tiny-cross-encoder")
     words = "the a of to and in is for on with vpn password refund plan price error code laptop leave".split()
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words, *[chr(c) for c in range(97, 123)]]
+    letters = [chr(c) for c in range(97, 123)]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words, *letters]
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
     tokenizer = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"))
     tokenizer.save_pretrained(folder)

@@ -93,7 +93,7 @@ def split_sentences(text: str, per_chunk: int = 3) -> list[str]:
 @pytest.fixture(scope="session")
 def scifact_chunk_bm25(scifact: Scifact) -> tuple[list[tuple[str, str, str]], SparseBm25]:
     """SciFact split into chunks (`<doc>#<n>`, title first, then three sentences a chunk)."""
-    chunks = []
+    chunks: list[tuple[str, str, str]] = []
     for doc_id, d in scifact.corpus.items():
         parts = [d["title"], *split_sentences(d["text"])]
         chunks.extend((f"{doc_id}#{n}", doc_id, part) for n, part in enumerate(parts))

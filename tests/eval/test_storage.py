@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.cases import Label, dump_jsonl, parse_jsonl
+from eval.cases import Label, dump_jsonl
 from eval.errors import EvalError, UnknownName
 from eval.runner import Run
 from eval.storage import (
@@ -241,9 +241,3 @@ def test_malformed_run_files(tmp_path: Path) -> None:
         run_from_json(obj)
     with pytest.raises(EvalError, match="not a Plumbline run record"):
         run_from_json({**run_to_json(sample_run()), "cases": [{**obj["cases"][1], "retrieved": [{"id": "x"}]}]})
-
-
-def test_a_parsed_set_is_what_was_stored(tmp_path: Path) -> None:
-    store = SetStore(tmp_path, fallback=None)
-    store.put("s", SET_TEXT)
-    assert parse_jsonl((tmp_path / "s.jsonl").read_text(encoding="utf-8")) == parse_jsonl(SET_TEXT)

@@ -30,7 +30,9 @@ def measures(ks: Sequence[int]) -> set[str]:
     return {f"recall.{cut}", f"P.{cut}", f"ndcg_cut.{cut}", f"success.{cut}", "recip_rank"}
 
 
-def ours_vs_theirs(ours: Mapping[str, float], theirs: Mapping[str, float], ks: Sequence[int]) -> dict[str, tuple]:
+def ours_vs_theirs(
+    ours: Mapping[str, float], theirs: Mapping[str, float], ks: Sequence[int]
+) -> dict[str, tuple[float, float]]:
     """Every pair of (our value, pytrec_eval's value) that should be equal, by our metric name."""
     pairs = {"mrr": (ours["mrr"], theirs["recip_rank"])}
     for k in ks:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -21,7 +22,8 @@ def test_handbook_chunks_are_exact_spans_with_sequential_ids(handbook_docs: list
         assert [c.chunk_id for c in chunks] == [f"{doc.id}#{i}" for i in range(len(chunks))]
         for c in chunks:
             assert c.text == doc.text[c.start : c.end]
-            assert c.text.strip() == c.text and c.text
+            assert c.text.strip() == c.text
+            assert c.text
 
 
 def test_handbook_tables_are_never_split_from_their_header(handbook_docs: list[Document]) -> None:
@@ -72,8 +74,9 @@ def test_long_prose_splits_at_sentences_with_overlap() -> None:
     doc = Document(id="p", title="Policy", text=LONG)
     chunks = _chunks(doc, size=200, overlap=90)
     assert len(chunks) > 5
-    for a, b in zip(chunks, chunks[1:], strict=False):
-        assert a.text.endswith(".") and b.text.startswith("Sentence")
+    for a, b in itertools.pairwise(chunks):
+        assert a.text.endswith(".")
+        assert b.text.startswith("Sentence")
         assert b.start < a.end  # overlap: the next chunk repeats the previous one's last sentence(s)
         assert a.end - b.start <= 90
 
@@ -81,8 +84,9 @@ def test_long_prose_splits_at_sentences_with_overlap() -> None:
 def test_without_overlap_chunks_tile_the_section() -> None:
     doc = Document(id="p", title="Policy", text=LONG)
     chunks = _chunks(doc, size=200, overlap=0)
-    for a, b in zip(chunks, chunks[1:], strict=False):
-        assert a.end < b.start and doc.text[a.end : b.start].strip() == ""
+    for a, b in itertools.pairwise(chunks):
+        assert a.end < b.start
+        assert doc.text[a.end : b.start].strip() == ""
 
 
 def test_an_over_long_sentence_is_cut_at_word_boundaries() -> None:
@@ -104,7 +108,8 @@ def test_long_lists_split_between_items() -> None:
 def test_html_chunks_carry_visible_text() -> None:
     html = "<h1>Guide</h1><h2>Prices</h2><p>Pro costs <b>€69</b> a month.</p>"
     [c] = Chunker(ChunkerConfig()).chunk(Document(id="h", title="Guide", text=html, format=DocFormat.HTML))
-    assert c.text == "Pro costs €69 a month." and c.heading_path == ("Prices",)
+    assert c.text == "Pro costs €69 a month."
+    assert c.heading_path == ("Prices",)
 
 
 def test_invalid_config() -> None:

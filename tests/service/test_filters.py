@@ -70,7 +70,8 @@ def test_metadata_forms() -> None:
             "score": 0.5,
         }
     )
-    assert one.equals == ("hr",) and many.equals == ("eu", "ca")
+    assert one.equals == ("hr",)
+    assert many.equals == ("eu", "ca")
     assert (nums.gt, nums.lte) == (1.0, 9.0)
     assert dates.gte == dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     must = build_filter(FilterSpec(metadata=(floats,)), fresh_only=False, now=NOW).must
@@ -107,4 +108,6 @@ def test_merged_spec_keeps_both_sides() -> None:
     run = FilterSpec(tenant="acme", tags=("x",), metadata=parse_metadata_filters({"a": 1}))
     case = FilterSpec(tenant="fjord", metadata=parse_metadata_filters({"b": 2}))
     merged = run.merged(case)
-    assert merged.tenant == "fjord" and merged.tags == ("x",) and [m.key for m in merged.metadata] == ["a", "b"]
+    assert merged.tenant == "fjord"
+    assert merged.tags == ("x",)
+    assert [m.key for m in merged.metadata] == ["a", "b"]

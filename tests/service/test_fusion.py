@@ -49,7 +49,7 @@ def test_weighted_alpha_one_and_zero_equal_each_side(names: list[str], data: st.
     # after the pipeline's rescoring both sides score the same keys
     dense = {k: data.draw(grid_scores) for k in names}
     kw = {k: data.draw(grid_scores) for k in names}
-    order = lambda d: [k for k in sorted(d, key=lambda k: (-d[k], k))]  # noqa: E731
+    order = lambda d: sorted(d, key=lambda k: (-d[k], k))  # noqa: E731
     assert [k for k, _ in fusion.weighted(dense, kw, 1.0)] == order(dense)
     assert [k for k, _ in fusion.weighted(dense, kw, 0.0)] == order(kw)
 

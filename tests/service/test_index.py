@@ -18,16 +18,25 @@ from service.stores.edge import EdgeStore
 from service.tokenizer import TokenizerConfig
 from tests.fakes import FakeEmbedder, FlakyStore
 
-V1 = Document(id="policy/pw", title="Passwords", text="# Passwords\n\n## Length\n\nMinimum length is twelve characters.\n\n"
-              "## Rotation\n\nRotate every ninety days.\n")
-V2 = Document(id="policy/pw", title="Passwords", text="# Passwords\n\n## Length\n\nMinimum length is sixteen characters.\n\n"
-              "## Rotation\n\nNo scheduled rotation.\n\n## MFA\n\nUse a hardware key.\n")
+V1 = Document(
+    id="policy/pw",
+    title="Passwords",
+    text="# Passwords\n\n## Length\n\nMinimum length is twelve characters.\n\n"
+    "## Rotation\n\nRotate every ninety days.\n",
+)
+V2 = Document(
+    id="policy/pw",
+    title="Passwords",
+    text="# Passwords\n\n## Length\n\nMinimum length is sixteen characters.\n\n"
+    "## Rotation\n\nNo scheduled rotation.\n\n## MFA\n\nUse a hardware key.\n",
+)
 OTHER = Document(id="it/vpn", title="VPN", text="# VPN\n\nConnect with lkconnect up.\n")
 
 
 def make_index(store: VectorStore, **kw: object) -> Index:
-    return Index(store, FakeEmbedder(), Chunker(ChunkerConfig(size=200, overlap=0)), TokenizerConfig(), Bm25Params(),
-                 **kw)  # type: ignore[arg-type]
+    return Index(
+        store, FakeEmbedder(), Chunker(ChunkerConfig(size=200, overlap=0)), TokenizerConfig(), Bm25Params(), **kw
+    )  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -56,16 +65,21 @@ def test_ingest_get_delete(store: EdgeStore) -> None:
     assert index.delete("policy/pw") == 2
     with pytest.raises(NotFound):
         index.get("policy/pw")
-    assert index.count("chunk") == 1 and index.count("document") == 1
+    assert index.count("chunk") == 1
+    assert index.count("document") == 1
 
 
 def test_reingest_replaces_all_chunks(store: EdgeStore) -> None:
     index = make_index(store)
     index.ingest([V1, OTHER])
     index.ingest([V2])
-    assert texts(index, "policy/pw") == ["Minimum length is sixteen characters.", "No scheduled rotation.",
-                                         "Use a hardware key."]
-    assert index.count("chunk") == 4 and index.count("document") == 2
+    assert texts(index, "policy/pw") == [
+        "Minimum length is sixteen characters.",
+        "No scheduled rotation.",
+        "Use a hardware key.",
+    ]
+    assert index.count("chunk") == 4
+    assert index.count("document") == 2
     assert "Minimum length is twelve characters." not in search_texts(index, "minimum length characters")
 
 
@@ -104,7 +118,8 @@ def test_readers_never_see_a_mix_of_old_and_new_chunks(store: EdgeStore) -> None
     [(half_way, in_engine)] = seen
     # both generations were in the engine at that moment, yet the response held only the new one
     assert in_engine == 2 + 3
-    assert half_way and set(half_way) <= set(texts(index, "policy/pw"))
+    assert half_way
+    assert set(half_way) <= set(texts(index, "policy/pw"))
 
 
 def test_a_failed_write_leaves_the_index_as_it_was(store: EdgeStore, handbook_docs: list[Document]) -> None:
@@ -154,11 +169,13 @@ def test_manifest_guards_against_another_model(tmp_path: Path) -> None:
     s = EdgeStore(tmp_path / "index")
     index = make_index(s)
     index.ingest([V1])
-    assert index.manifest is not None and index.manifest.bm25.avg_len > 1  # measured on the first batch
+    assert index.manifest is not None
+    assert index.manifest.bm25.avg_len > 1
     s.close()
     again = EdgeStore(tmp_path / "index")
     reopened = make_index(again)
-    assert reopened.manifest == index.manifest and reopened.get("policy/pw").document == V1  # survives restart
+    assert reopened.manifest == index.manifest
+    assert reopened.get("policy/pw").document == V1
     with pytest.raises(IndexMismatch, match="embedding model"):
         Index(again, FakeEmbedder(name="other-model"), Chunker(ChunkerConfig()), TokenizerConfig(), Bm25Params())
     with pytest.raises(IndexMismatch, match="tokenizer"):

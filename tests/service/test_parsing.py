@@ -45,8 +45,10 @@ def test_blocks_keep_exact_spans_and_kinds() -> None:
     kinds = [b.kind for b in sections[1].blocks]
     assert kinds == [BlockKind.PROSE, BlockKind.ATOMIC]
     lst, code = sections[2].blocks
-    assert lst.kind is BlockKind.LIST and [MD[s:e] for s, e in lst.parts] == ["- first item", "- second item"]
-    assert code.kind is BlockKind.ATOMIC and "# not a heading" in code.text  # a '#' line in code is no heading
+    assert lst.kind is BlockKind.LIST
+    assert [MD[s:e] for s, e in lst.parts] == ["- first item", "- second item"]
+    assert code.kind is BlockKind.ATOMIC
+    assert "# not a heading" in code.text
 
 
 def test_plain_text_is_paragraphs() -> None:
@@ -66,6 +68,7 @@ def test_html_headings_tables_and_skipped_scripts() -> None:
     table = sections[1].blocks[0]
     assert table.kind is BlockKind.ATOMIC
     assert table.text == "| Plan | Price |\n|---|---|\n| Pro | €69 |"
-    assert html[table.start : table.end].startswith("<table>") and html[table.start : table.end].endswith("</table>")
+    assert html[table.start : table.end].startswith("<table>")
+    assert html[table.start : table.end].endswith("</table>")
     assert [b.text for b in sections[2].blocks] == ["Mail us", "Call us"]
     assert all("hidden" not in b.text for s in sections for b in s.blocks)

@@ -16,10 +16,17 @@ from service.pipeline import RERANK_OFF, SearchParams, SearchPipeline
 SUPERSEDED = {"billing/pricing-2025", "hr/remote-work-policy-2024", "security/password-policy-2024"}
 NOT_SERVED = SUPERSEDED | {"product/roadmap-2027-draft", "it/legacy-vpn-setup", "hr/travel-freeze-2026"}
 CHANGED_POLICY_QUERIES = [
-    "minimum password length", "how often do I rotate my password", "password lockout attempts",
-    "how many office days per week", "home office stipend amount", "internet allowance remote work",
-    "price of pro monthly", "enterprise annual price per seat", "premium connector pack price",
-    "work from anywhere days", "travel freeze essential trips",
+    "minimum password length",
+    "how often do I rotate my password",
+    "password lockout attempts",
+    "how many office days per week",
+    "home office stipend amount",
+    "internet allowance remote work",
+    "price of pro monthly",
+    "enterprise annual price per seat",
+    "premium connector pack price",
+    "work from anywhere days",
+    "travel freeze essential trips",
 ]
 
 
@@ -53,17 +60,30 @@ def test_without_fresh_only_the_old_versions_are_found(pipeline: SearchPipeline)
 def test_tenant_tags_ids_dates_and_metadata_filters(pipeline: SearchPipeline) -> None:
     q = "expense receipts and claim deadline"
     assert set(doc_ids(pipeline, q, SearchParams(filters=FilterSpec(tenant="fjord")))) <= {
-        "fjord/expenses", "fjord/holidays", "fjord/it-onboarding"}
+        "fjord/expenses",
+        "fjord/holidays",
+        "fjord/it-onboarding",
+    }
     assert "fjord/expenses" not in doc_ids(pipeline, q, SearchParams(filters=FilterSpec(tenant="larkspur")))
     tagged = pipeline.search(q, SearchParams(filters=FilterSpec(tags=("security",))))
-    assert tagged.hits and all("security" in h.tags for h in tagged.hits)
+    assert tagged.hits
+    assert all("security" in h.tags for h in tagged.hits)
     assert set(doc_ids(pipeline, q, SearchParams(filters=FilterSpec(doc_ids=("it/vpn", "hr/travel"))))) <= {
-        "it/vpn", "hr/travel"}
+        "it/vpn",
+        "hr/travel",
+    }
     cutoff = dt.datetime(2026, 9, 1, tzinfo=dt.UTC)
     recent = pipeline.search(q, SearchParams(filters=FilterSpec(updated_after=cutoff)))
-    assert recent.hits and all(h.updated_at and h.updated_at >= cutoff for h in recent.hits)
-    by_meta = pipeline.search(q, SearchParams(filters=FilterSpec(metadata=parse_metadata_filters(
-        {"department": "security", "review_cycle_days": {"lte": 180}}))))
+    assert recent.hits
+    assert all(h.updated_at and h.updated_at >= cutoff for h in recent.hits)
+    by_meta = pipeline.search(
+        q,
+        SearchParams(
+            filters=FilterSpec(
+                metadata=parse_metadata_filters({"department": "security", "review_cycle_days": {"lte": 180}})
+            )
+        ),
+    )
     assert by_meta.hits
     assert all(h.metadata["department"] == "security" and h.metadata["review_cycle_days"] <= 180 for h in by_meta.hits)
 
@@ -71,13 +91,16 @@ def test_tenant_tags_ids_dates_and_metadata_filters(pipeline: SearchPipeline) ->
 def test_keyword_search_finds_internal_codes(pipeline: SearchPipeline) -> None:
     assert doc_ids(pipeline, "LC-419", SearchParams(k=1, mode=Mode.KEYWORD)) == ["it/vpn"]
     assert doc_ids(pipeline, "E-ING-207", SearchParams(k=1, mode=Mode.KEYWORD))[0] in {
-        "product/error-codes", "product/data-connectors"}
+        "product/error-codes",
+        "product/data-connectors",
+    }
 
 
 def test_explain_gives_every_stage(pipeline: SearchPipeline) -> None:
     result = pipeline.search("vpn keeps disconnecting LC-419", SearchParams(k=5, explain=True))
     for rank, hit in enumerate(result.hits, start=1):
-        assert hit.stages["fusion"].rank == rank and hit.stages["fusion"].score == hit.score
+        assert hit.stages["fusion"].rank == rank
+        assert hit.stages["fusion"].score == hit.score
         assert {"dense", "keyword"} <= set(hit.stages)
     # weighted fusion rescored every candidate on both sides; some were not in one side's top list
     assert {"embed", "sparse", "retrieve", "rescore", "fuse", "fetch", "total"} <= set(result.timings_ms)
@@ -114,14 +137,19 @@ def test_stopword_only_query_warns_and_dense_still_answers(pipeline: SearchPipel
 
 def test_rerank_without_a_model_says_so(pipeline: SearchPipeline) -> None:
     result = pipeline.search("vpn", SearchParams(k=3, rerank=True))
-    assert not result.reranked and RERANK_OFF in result.warnings
+    assert not result.reranked
+    assert RERANK_OFF in result.warnings
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"k": 0}, "k must be"), ({"k": 101}, "k must be"), ({"candidates": 5000}, "candidates"),
-        ({"alpha": 1.5}, "alpha"), ({"rerank_depth": 0}, "rerank_depth"), ({"rrf_k": 0}, "rrf_k"),
+        ({"k": 0}, "k must be"),
+        ({"k": 101}, "k must be"),
+        ({"candidates": 5000}, "candidates"),
+        ({"alpha": 1.5}, "alpha"),
+        ({"rerank_depth": 0}, "rerank_depth"),
+        ({"rrf_k": 0}, "rrf_k"),
         ({"k": 50, "candidates": 10}, "at least k"),
     ],
 )

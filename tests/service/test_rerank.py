@@ -12,7 +12,8 @@ from service.rerank import CrossEncoderReranker
 def test_cross_encoder_loads_from_a_path_and_scores(tiny_cross_encoder: Path) -> None:
     reranker = CrossEncoderReranker(str(tiny_cross_encoder), max_tokens=64)
     scores = reranker.score("vpn error", ["the vpn error code", "refund plan price", "laptop"])
-    assert len(scores) == 3 and all(isinstance(s, float) for s in scores)
+    assert len(scores) == 3
+    assert all(isinstance(s, float) for s in scores)
     assert scores == reranker.score("vpn error", ["the vpn error code", "refund plan price", "laptop"])
     assert reranker.score("q", []) == []
 
@@ -21,7 +22,8 @@ def test_pipeline_reorders_the_top_by_rerank_score(tiny_cross_encoder: Path, han
     reranker = CrossEncoderReranker(str(tiny_cross_encoder), max_tokens=64)
     pipeline = SearchPipeline(handbook_index.store, handbook_index.embedder, handbook_index.encoder, reranker)
     result = pipeline.search("vpn error code", SearchParams(k=5, rerank=True, rerank_depth=10, explain=True))
-    assert result.reranked and "rerank" in result.timings_ms
+    assert result.reranked
+    assert "rerank" in result.timings_ms
     ranks = [h.stages["rerank"].rank for h in result.hits]
     assert ranks == [1, 2, 3, 4, 5]
     assert [h.score for h in result.hits] == sorted((h.score for h in result.hits), reverse=True)

@@ -3,19 +3,34 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 
 DOC = {
-    "id": "billing/refunds", "title": "Refunds", "text": "# Refunds\n\n## Annual plans\n\nRefunds within 30 days.\n",
-    "tags": ["billing"], "tenant": "acme", "updated_at": "2026-09-01T00:00:00Z", "metadata": {"owner": "Ana"},
+    "id": "billing/refunds",
+    "title": "Refunds",
+    "text": "# Refunds\n\n## Annual plans\n\nRefunds within 30 days.\n",
+    "tags": ["billing"],
+    "tenant": "acme",
+    "updated_at": "2026-09-01T00:00:00Z",
+    "metadata": {"owner": "Ana"},
 }
 
 
 def test_ingest_get_delete(client: TestClient) -> None:
     r = client.post("/documents", json={"documents": [DOC]})
-    assert r.status_code == 200 and r.json() == {"documents": 1, "chunks": 1, "unchanged": 0}
+    assert r.status_code == 200
+    assert r.json() == {"documents": 1, "chunks": 1, "unchanged": 0}
     got = client.get("/documents/billing/refunds").json()
-    assert got["text"] == DOC["text"] and got["tenant"] == "acme" and got["metadata"] == {"owner": "Ana"}
+    assert got["text"] == DOC["text"]
+    assert got["tenant"] == "acme"
+    assert got["metadata"] == {"owner": "Ana"}
     start = DOC["text"].index("Refunds within")
-    assert got["chunks"] == [{"chunk_id": "billing/refunds#0", "heading_path": "Annual plans", "start": start,
-                              "end": start + 23, "text": "Refunds within 30 days."}]
+    assert got["chunks"] == [
+        {
+            "chunk_id": "billing/refunds#0",
+            "heading_path": "Annual plans",
+            "start": start,
+            "end": start + 23,
+            "text": "Refunds within 30 days.",
+        }
+    ]
     assert client.post("/documents", json={"documents": [DOC]}).json()["unchanged"] == 1
     assert client.delete("/documents/billing/refunds").json() == {"id": "billing/refunds", "deleted_chunks": 1}
     assert client.get("/documents/billing/refunds").status_code == 404
@@ -26,7 +41,9 @@ def test_a_bad_document_rejects_the_whole_batch(client: TestClient) -> None:
     client.post("/documents", json={"documents": [DOC]})
     changed = {**DOC, "text": "# Refunds\n\nNo refunds at all.\n"}
     r = client.post("/documents", json={"documents": [changed, {"id": "x", "text": "  "}]})
-    assert r.status_code == 422 and "documents[1]" in r.json()["detail"] and "empty" in r.json()["detail"]
+    assert r.status_code == 422
+    assert "documents[1]" in r.json()["detail"]
+    assert "empty" in r.json()["detail"]
     assert client.get("/documents/billing/refunds").json()["text"] == DOC["text"]
 
 
@@ -34,25 +51,31 @@ def test_missing_fields_name_the_field(client: TestClient) -> None:
     r = client.post("/documents", json={"documents": [{"title": "no id", "text": "t"}, {"id": "a"}]})
     assert r.status_code == 422
     detail = r.json()["detail"]
-    assert "documents[0].id: Field required" in detail and "documents[1].text: Field required" in detail
+    assert "documents[0].id: Field required" in detail
+    assert "documents[1].text: Field required" in detail
 
 
 def test_unknown_document_field_and_bad_enum(client: TestClient) -> None:
     r = client.post("/documents", json={"documents": [{**DOC, "colour": "red"}]})
-    assert r.status_code == 422 and "documents[0].colour: unknown field" in r.json()["detail"]
+    assert r.status_code == 422
+    assert "documents[0].colour: unknown field" in r.json()["detail"]
     r = client.post("/documents", json={"documents": [{**DOC, "status": "old"}]})
-    assert r.status_code == 422 and "documents[0].status" in r.json()["detail"]
+    assert r.status_code == 422
+    assert "documents[0].status" in r.json()["detail"]
     r = client.post("/documents", json={"documents": [{**DOC, "updated_at": "2026-09-01T00:00:00"}]})
-    assert r.status_code == 422 and "timezone" in r.json()["detail"]
+    assert r.status_code == 422
+    assert "timezone" in r.json()["detail"]
 
 
 def test_oversized_batches_and_bodies(client: TestClient) -> None:
     many = [{**DOC, "id": f"d{i}"} for i in range(21)]
     r = client.post("/documents", json={"documents": many})
-    assert r.status_code == 413 and "limit is 20" in r.json()["detail"]
+    assert r.status_code == 413
+    assert "limit is 20" in r.json()["detail"]
     big = {**DOC, "text": "word " * 50_000}
     r = client.post("/documents", json={"documents": [big]})
-    assert r.status_code == 413 and "send smaller batches" in r.json()["detail"]
+    assert r.status_code == 413
+    assert "send smaller batches" in r.json()["detail"]
     assert client.get("/documents/d0").status_code == 404
 
 

@@ -21,16 +21,23 @@ def test_ready_only_after_warm_up(tmp_path: Path) -> None:
 
     app = create_app(Settings(data_dir=tmp_path), components=Components(embedder=slow_model))
     with TestClient(app) as client:
-        assert client.get("/health/live").json() == {"status": "alive", "detail": None, "documents": None,
-                                                      "chunks": None}
+        assert client.get("/health/live").json() == {
+            "status": "alive",
+            "detail": None,
+            "documents": None,
+            "chunks": None,
+        }
         loading = client.get("/health/ready")
-        assert loading.status_code == 503 and loading.json()["status"] == "loading"
+        assert loading.status_code == 503
+        assert loading.json()["status"] == "loading"
         assert loading.headers["retry-after"] == "5"
         assert client.post("/search", json={"query": "x"}).status_code == 503
         release.set()
         assert app.state.runtime.wait(timeout=30)
         ready = client.get("/health/ready")
-        assert ready.status_code == 200 and ready.json()["status"] == "ready" and ready.json()["chunks"] == 0
+        assert ready.status_code == 200
+        assert ready.json()["status"] == "ready"
+        assert ready.json()["chunks"] == 0
 
 
 def test_failed_warm_up_is_reported(tmp_path: Path) -> None:
@@ -41,7 +48,8 @@ def test_failed_warm_up_is_reported(tmp_path: Path) -> None:
     with TestClient(app) as client:
         app.state.runtime.wait(timeout=30)
         r = client.get("/health/ready")
-        assert r.status_code == 503 and "model folder not found" in r.json()["detail"]
+        assert r.status_code == 503
+        assert "model folder not found" in r.json()["detail"]
         assert "model folder not found" in client.post("/search", json={"query": "x"}).json()["detail"]
 
 

@@ -4,14 +4,38 @@ import pytest
 from fastapi.testclient import TestClient
 
 DOCS = [
-    {"id": "pw-2024", "title": "Passwords 2024", "text": "# P\n\nMinimum password length is 12 characters.",
-     "status": "superseded", "tags": ["security"], "tenant": "acme"},
-    {"id": "pw", "title": "Passwords", "text": "# P\n\nMinimum password length is 16 characters.",
-     "tags": ["security"], "tenant": "acme", "supersedes": "pw-2024", "metadata": {"review_days": 180}},
-    {"id": "vpn", "title": "VPN", "text": "# VPN\n\nError LC-419 means the token expired.", "tags": ["it"],
-     "tenant": "acme", "updated_at": "2026-10-01T00:00:00Z"},
-    {"id": "promo", "title": "Promo", "text": "# Promo\n\nPassword length contest.", "tenant": "acme",
-     "valid_until": "2020-01-01T00:00:00Z"},
+    {
+        "id": "pw-2024",
+        "title": "Passwords 2024",
+        "text": "# P\n\nMinimum password length is 12 characters.",
+        "status": "superseded",
+        "tags": ["security"],
+        "tenant": "acme",
+    },
+    {
+        "id": "pw",
+        "title": "Passwords",
+        "text": "# P\n\nMinimum password length is 16 characters.",
+        "tags": ["security"],
+        "tenant": "acme",
+        "supersedes": "pw-2024",
+        "metadata": {"review_days": 180},
+    },
+    {
+        "id": "vpn",
+        "title": "VPN",
+        "text": "# VPN\n\nError LC-419 means the token expired.",
+        "tags": ["it"],
+        "tenant": "acme",
+        "updated_at": "2026-10-01T00:00:00Z",
+    },
+    {
+        "id": "promo",
+        "title": "Promo",
+        "text": "# Promo\n\nPassword length contest.",
+        "tenant": "acme",
+        "valid_until": "2020-01-01T00:00:00Z",
+    },
 ]
 
 
@@ -29,15 +53,20 @@ def test_search_response_shape(loaded: TestClient) -> None:
     assert [h["doc_id"] for h in body["hits"]] == ["pw", "vpn"]
     hit = body["hits"][0]
     assert set(hit["stages"]) >= {"dense", "keyword", "fusion"}
-    assert hit["span"] == [5, len(DOCS[1]["text"])] and hit["heading_path"] == "P" and hit["metadata"] == {"review_days": 180}
+    assert hit["span"] == [5, len(DOCS[1]["text"])]
+    assert hit["heading_path"] == "P"
+    assert hit["metadata"] == {"review_days": 180}
     assert {"embed", "retrieve", "total"} <= set(body["timings_ms"])
-    assert body["params"]["mode"] == "hybrid" and body["params"]["fusion"] == "weighted"
-    assert body["params"]["rerank"] is False and body["reranked"] is False
+    assert body["params"]["mode"] == "hybrid"
+    assert body["params"]["fusion"] == "weighted"
+    assert body["params"]["rerank"] is False
+    assert body["reranked"] is False
 
 
 def test_filters_over_http(loaded: TestClient) -> None:
-    old = loaded.post("/search", json={"query": "password length", "fresh_only": False,
-                                       "filters": {"status": ["superseded"]}}).json()
+    old = loaded.post(
+        "/search", json={"query": "password length", "fresh_only": False, "filters": {"status": ["superseded"]}}
+    ).json()
     assert [h["doc_id"] for h in old["hits"]] == ["pw-2024"]
     recent = loaded.post("/search", json={"query": "error token", "filters": {"updated_after": "2026-09-01T00:00:00Z"}})
     assert [h["doc_id"] for h in recent.json()["hits"]] == ["vpn"]
@@ -49,7 +78,8 @@ def test_filters_over_http(loaded: TestClient) -> None:
 
 def test_rerank_request_without_model_is_reported(loaded: TestClient) -> None:
     body = loaded.post("/search", json={"query": "password", "rerank": True}).json()
-    assert body["reranked"] is False and any("no cross-encoder is configured" in w for w in body["warnings"])
+    assert body["reranked"] is False
+    assert any("no cross-encoder is configured" in w for w in body["warnings"])
 
 
 @pytest.mark.parametrize(

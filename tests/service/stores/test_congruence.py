@@ -25,13 +25,22 @@ QUERIES = [
     ("laptop replacement policy", SearchParams(k=5, mode=Mode.DENSE)),
     ("expenses receipts", SearchParams(k=5, fusion=FusionMethod.RRF, filters=FilterSpec(tenant="fjord"))),
     ("password", SearchParams(k=6, fresh_only=False, filters=FilterSpec(tags=("security",)))),
-    ("on-call", SearchParams(k=5, filters=FilterSpec(metadata=parse_metadata_filters({"review_cycle_days": {"lt": 200}})))),
+    (
+        "on-call",
+        SearchParams(k=5, filters=FilterSpec(metadata=parse_metadata_filters({"review_cycle_days": {"lt": 200}}))),
+    ),
 ]
 
 
 def build(store: VectorStore, docs: list[Document]) -> SearchPipeline:
-    index = Index(store, FakeEmbedder(), Chunker(ChunkerConfig()), TokenizerConfig(), Bm25Params(avg_len=50.0),
-                  measure_avg_len=False)
+    index = Index(
+        store,
+        FakeEmbedder(),
+        Chunker(ChunkerConfig()),
+        TokenizerConfig(),
+        Bm25Params(avg_len=50.0),
+        measure_avg_len=False,
+    )
     index.ingest(docs)
     return SearchPipeline(store, index.embedder, index.encoder, None)
 

@@ -75,7 +75,8 @@ def test_counts_and_retrieve(store: VectorStore) -> None:
 
 def test_payload_round_trip(store: VectorStore) -> None:
     [p] = store.retrieve([_id(4)])
-    assert p.payload["metadata"] == {"days": 40, "owner": "ana"} and p.payload["tags"] == ["hr", "it"]
+    assert p.payload["metadata"] == {"days": 40, "owner": "ana"}
+    assert p.payload["tags"] == ["hr", "it"]
 
 
 @pytest.mark.parametrize(
@@ -161,7 +162,8 @@ def test_delete_by_filter(store: VectorStore) -> None:
     store.delete(Clause(must=(Match("doc_id", "d0"), NumberRange("gen", lt=2))))  # d0: chunks 0, 4, 8, gen 1
     assert store.scroll(Clause(must=(Match("doc_id", "d0"),)), 100) == []
     store.delete(Clause(must=(Match("kind", "chunk"),)))
-    assert store.count(CHUNKS) == 0 and store.count(Clause()) == 1
+    assert store.count(CHUNKS) == 0
+    assert store.count(Clause()) == 1
 
 
 def test_edge_store_survives_reopen(tmp_path: Path) -> None:

@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from eval.cases import parse_jsonl
+
+DOCS = [
+    {
+        "id": "it/vpn",
+        "title": "VPN",
+        "text": "# VPN\n\n## Errors\n\nError LC-419 means the token expired; sign in again.",
+    },
+    {"id": "hr/leave", "title": "Leave", "text": "# Leave\n\n## Parental\n\nParents get 16 weeks of paid leave."},
+    {"id": "billing/refunds", "title": "Refunds", "text": "# Refunds\n\nAnnual plans are refundable within 30 days."},
+]
+CASES = [
+    {
+        "id": "c1",
+        "question": "LC-419 vpn",
+        "relevant": [{"doc_id": "it/vpn", "evidence": "token expired"}],
+        "category": "it",
+        "source": "log",
+    },
+    {
+        "id": "c2",
+        "question": "parental leave weeks",
+        "relevant": [{"doc_id": "hr/leave", "evidence": "16 weeks"}],
+        "category": "hr",
+        "source": "handwritten",
+    },
+    {"id": "c3", "question": "refund annual", "relevant": [{"chunk_id": "billing/refunds#0"}], "category": "billing"},
+]
+JSONL = "".join(json.dumps(c) + "\n" for c in CASES)
+
+
+@pytest.fixture
+def ready(client: TestClient) -> TestClient:
+    assert client.post("/documents", json={"documents": DOCS}).status_code == 200
+    assert client.put("/eval/sets/mini", content=JSONL).json() == {"name": "mini", "cases": 3}
+    return client
+
+
+def test_run_report_store_and_gate(ready: TestClient) -> None:
+    r = ready.post("/eval/run", json={"set": "mini", "k": [1, 3]})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["metrics"]["hit@3"] == 1.0
+    assert body["cases_total"] == 3
+    assert {g["name"]: g["cases"] for g in body["by_category"]} == {"it": 1, "hr": 1, "billing": 1}
+    assert {g["name"] for g in body["by_source"]} == {"log", "handwritten", "unknown"}
+    assert body["gate"] is None
+    assert body["diagnosis"]
+    assert len(body["cases"]) == 3
+    run_id = body["run_id"]
+    assert [r["run_id"] for r in ready.get("/eval/runs").json()] == [run_id]
+    assert ready.get(f"/eval/runs/{run_id}").json()["metrics"] == body["metrics"]
+    trec = ready.get(f"/eval/runs/{run_id}/trec").text.splitlines()
+    assert trec[0].startswith("c1 Q0 ")
+    assert trec[0].endswith(" plumbline")
+    assert ready.post("/eval/baselines", json={"run_id": run_id, "name": "mini-base"}).status_code == 201
+    same = ready.post("/eval/run", json={"set": "mini", "k": [1, 3], "baseline": "mini-base"}).json()
+    assert same["gate"]["verdict"] == "pass"
+    worse = ready.post(
+        "/eval/run",
+        json={
+            "set": "mini",
+            "k": [1, 3],
+            "baseline": "mini-base",
+            "overrides": {"filters": {"doc_ids": ["billing/refunds"]}},
+        },
+    ).json()
+    assert worse["gate"]["verdict"] == "fail"
+    assert any("hit@3 (overall) fell" in reason for reason in worse["gate"]["reasons"])
+    assert {w["case_id"] for w in worse["gate"]["worse_cases"]} == {"c1", "c2"}
+    metrics = ready.get("/metrics").text
+    assert 'plumbline_eval_metric{category="all",k="3",metric="hit",set="mini"}' in metrics
+    assert 'plumbline_eval_gate_passed{set="mini"} 0.0' in metrics
+
+
+def test_set_export_and_rejected_upload_keeps_the_old_set(ready: TestClient) -> None:
+    assert parse_jsonl(ready.get("/eval/sets/mini").text) == parse_jsonl(JSONL)
+    bad = (
+        JSONL
+        + '{"id": "c4", "question": "x"}\nnot json\n{"id": "c1", "question": "dup", "relevant": [{"doc_id": "a"}]}\n'
+    )
+    r = ready.put("/eval/sets/mini", content=bad)
+    assert r.status_code == 422
+    detail = r.json()["detail"]
+    assert "mini:4: missing 'relevant'" in detail
+    assert "mini:5: not valid JSON" in detail
+    assert "mini:6: duplicate id" in detail
+    assert len(ready.get("/eval/sets/mini").text.splitlines()) == 3
+    assert {s["name"] for s in ready.get("/eval/sets").json()} >= {"mini", "handbook"}
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ({"set": "nope"}, 404, "no labelled set named 'nope'"),
+        ({"set": "mini", "baseline": "nope"}, 404, "no baseline named 'nope'"),
+        ({"set": "mini", "k": [0]}, 422, "k values must be between"),
+        ({"set": "mini", "unit": "page"}, 422, "unit"),
+        ({"set": "mini", "overrides": {"mode": "fuzzy"}}, 422, "overrides.mode"),
+        ({"set": "../etc/passwd"}, 422, "invalid"),
+    ],
+)
+def test_bad_eval_requests(ready: TestClient, body: dict, status: int, message: str) -> None:
+    r = ready.post("/eval/run", json=body)
+    assert r.status_code == status, r.text
+    assert message in r.json()["detail"]
+
+
+def test_unknown_run(ready: TestClient) -> None:
+    assert ready.get("/eval/runs/20260101T000000-abcdef").status_code == 404
+    assert ready.post("/eval/baselines", json={"run_id": "20260101T000000-abcdef", "name": "x"}).status_code == 404

@@ -1,0 +1,133 @@
+"""The `plumbline` command end to end: real model, real embedded store, real HTTP where it says so."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from service.api.app import create_app
+from service.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, main
+from service.runtime import Components
+from service.settings import Settings
+from tests.fakes import FakeEmbedder
+
+DOCS = {
+    "it/vpn.md": "---\ntitle: VPN\ntags: [it]\n---\n# VPN\n\n## Errors\n\nError LC-419 means your token expired.\n",
+    "hr/leave.md": "---\ntitle: Leave\n---\n# Leave\n\n## Parental\n\nParents get 16 weeks of paid leave.\n",
+    "billing/refunds.md": "# Refunds\n\nAnnual plans are refundable within 30 days of purchase.\n",
+}
+CASES = [
+    {"id": "c1", "question": "vpn token error", "relevant": [{"doc_id": "it/vpn", "evidence": "token expired"}]},
+    {
+        "id": "c2",
+        "question": "how long is parental leave",
+        "relevant": [{"doc_id": "hr/leave", "evidence": "16 weeks"}],
+    },
+    {"id": "c3", "question": "refund window annual plan", "relevant": [{"doc_id": "billing/refunds"}]},
+]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("corpus")
+    for name, text in DOCS.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    (root / "set.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CASES))
+    return root
+
+
+@pytest.fixture(scope="module")
+def data_dir(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    data = tmp_path_factory.mktemp("data")
+    assert main(["ingest", str(corpus), "--data-dir", str(data)]) == EXIT_OK
+    return data
+
+
+def test_ingest_reports_totals_and_skips_unchanged(
+    corpus: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    assert main(["ingest", str(corpus), "--data-dir", str(data_dir)]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == {"documents": 3, "chunks": 0, "unchanged": 3}
+
+
+def test_eval_exit_codes_in_process(
+    corpus: Path, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = tmp_path / "base.json"
+    args = ["eval", "run", "--data-dir", str(data_dir), "--set", str(corpus / "set.jsonl"), "--k", "1", "3"]
+    assert main([*args, "--save-run", str(base)]) == EXIT_OK
+    table = capsys.readouterr().out
+    assert "hit@3" in table
+    assert "-- diagnosis" in table
+    assert main([*args, "--baseline", str(base), "--json"]) == EXIT_OK
+    report = json.loads(capsys.readouterr().out)
+    assert report["gate"]["verdict"] == "pass"
+    assert report["metrics"]["hit@3"] == 1.0
+    degraded = ["--override", 'filters={"doc_ids": ["billing/refunds"]}']
+    assert main([*args, "--baseline", str(base), *degraded]) == EXIT_REGRESSION
+    assert "gate: FAIL" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--set", "no-such-set"], "no labelled set named"),
+        (["--set", "{set}", "--baseline", "no-such-baseline"], "no baseline named"),
+        (["--set", "{set}", "--override", "mode=fuzzy"], "--override"),
+        (["--set", "{set}", "--override", "nonsense"], "KEY=JSON"),
+        (["--set", "{set}", "--k", "0"], "k values"),
+    ],
+)
+def test_eval_bad_input_exits_2(
+    corpus: Path, data_dir: Path, extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    extra = [e.replace("{set}", str(corpus / "set.jsonl")) for e in extra]
+    assert main(["eval", "run", "--data-dir", str(data_dir), *extra]) == EXIT_BAD_INPUT
+    assert message in capsys.readouterr().err
+
+
+def test_argparse_errors_exit_2() -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["eval", "run"])  # --set is required
+    assert exc.value.code == 2
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[str]:
+    """The real app behind uvicorn on a real socket (fake embedder: this is about HTTP)."""
+    app = create_app(Settings(data_dir=tmp_path / "srv"), components=Components(embedder=lambda _: FakeEmbedder()))
+    app.state.runtime.warm_up()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()  # connections queue in the backlog until uvicorn accepts them: no need to wait
+    srv = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    srv.should_exit = True
+    thread.join(timeout=30)
+
+
+def test_ingest_and_eval_over_http(
+    server: str, corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["ingest", str(corpus), "--url", server]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["chunks"] == 3
+    base = tmp_path / "remote.json"
+    args = ["eval", "run", "--url", server, "--set", str(corpus / "set.jsonl"), "--k", "1", "3"]
+    assert main([*args, "--save-run", str(base)]) == EXIT_OK
+    assert main([*args, "--baseline", str(base), "--override", 'filters={"doc_ids": ["it/vpn"]}']) == EXIT_REGRESSION
+    assert (
+        main(
+            ["eval", "run", "--url", server.replace(server.rsplit(":", 1)[1], "1"), "--set", str(corpus / "set.jsonl")]
+        )
+        == EXIT_BAD_INPUT
+    )

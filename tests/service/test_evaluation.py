@@ -1,0 +1,84 @@
+"""Evaluation through the live pipeline: the handbook set, the committed baseline, and the gauges."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from eval.gate import GateConfig, compare
+from eval.runner import Query, run_set
+from eval.storage import RunStore, SetStore, load_baseline, load_set
+from service.api.convert import to_params
+from service.api.schemas import SearchOptions
+from service.domain import Mode
+from service.errors import InvalidRequest
+from service.evaluation import EvalGaugeCollector, EvalService, PipelineRetriever
+from service.index import Index
+from service.pipeline import SearchParams, SearchPipeline
+from service.settings import Settings
+
+
+@pytest.fixture(scope="module")
+def pipeline(handbook_index: Index) -> SearchPipeline:
+    return SearchPipeline(handbook_index.store, handbook_index.embedder, handbook_index.encoder, None)
+
+
+def test_case_filters_and_doc_unit_reach_the_pipeline(pipeline: SearchPipeline) -> None:
+    retriever = PipelineRetriever(pipeline, SearchParams())
+    [fjord, docs] = retriever.retrieve(
+        [
+            Query("expenses receipts", 5, {"tenant": "fjord"}),
+            Query("password policy", 6, {}, unit="doc"),
+        ]
+    )
+    assert {r.doc_id for r in fjord} <= {"fjord/expenses", "fjord/holidays", "fjord/it-onboarding"}
+    assert len({r.doc_id for r in docs}) == len(docs) == 6
+    with pytest.raises(InvalidRequest, match="case filters"):
+        retriever.retrieve([Query("x", 5, {"tenant": 3, "colour": "red"})])
+
+
+def test_the_committed_baseline_passes_against_a_fresh_run(pipeline: SearchPipeline) -> None:
+    """CI's regression gate in miniature: the handbook set, replayed now, against eval/baselines/handbook.json."""
+    baseline = load_baseline("handbook")
+    name, cases = load_set("handbook")
+    options = SearchOptions.model_validate(
+        {k: v for k, v in baseline.params.items() if k in SearchOptions.model_fields}
+    )
+    base = to_params(options, Settings(), reranker_configured=False)
+    run = run_set(cases, PipelineRetriever(pipeline, base), set_name=name, ks=baseline.ks, unit=baseline.unit)
+    gate = compare(run, baseline, GateConfig())
+    assert gate.passed, gate.reasons
+    degraded = run_set(
+        cases,
+        PipelineRetriever(pipeline, SearchParams(mode=Mode.DENSE, candidates=10)),
+        set_name=name,
+        ks=baseline.ks,
+        unit=baseline.unit,
+    )
+    assert not compare(degraded, baseline, GateConfig()).passed
+
+
+def test_eval_service_stores_runs_and_exports_gauges(pipeline: SearchPipeline, tmp_path: Path) -> None:
+    service = EvalService(SetStore(tmp_path / "sets"), RunStore(tmp_path / "runs", tmp_path / "baselines"))
+    ev = service.evaluate(
+        pipeline,
+        SearchParams(mode=Mode.KEYWORD),
+        set_name="handbook",
+        ks=(1, 10),
+        unit="chunk",
+        params_record={"mode": "keyword"},
+        baseline=None,
+        gate_config=GateConfig(),
+    )
+    assert service.runs.get(ev.run.run_id).run_id == ev.run.run_id
+    registry = CollectorRegistry()
+    registry.register(EvalGaugeCollector(service))
+    text = generate_latest(registry).decode()
+    recall = ev.report.overall.metrics["recall@10"]
+    assert f'plumbline_eval_metric{{category="all",k="10",metric="recall",set="handbook"}} {recall}' in text
+    assert 'plumbline_eval_cases{category="hr",set="handbook"}' in text
+    # a restarted service finds the latest run per set on disk
+    restarted = EvalService(SetStore(tmp_path / "sets"), RunStore(tmp_path / "runs", tmp_path / "baselines"))
+    assert restarted.latest()["handbook"].run.run_id == ev.run.run_id
