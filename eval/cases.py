@@ -68,8 +68,7 @@ class Label:
         """The document this label points into (a chunk id is `<doc id>#<n>`)."""
         if self.chunk_id is not None:
             return self.chunk_id.rpartition("#")[0] or self.chunk_id
-        assert self.doc_id is not None  # __post_init__ guarantees one of the two
-        return self.doc_id
+        return self.doc_id or ""  # __post_init__ guarantees one of the two
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -114,8 +114,7 @@ def _parse_markdown(text: str) -> list[Section]:
     builder = _SectionBuilder()
 
     def offsets(token: Token) -> tuple[int, int]:
-        assert token.map is not None  # every block-level opening token carries its line range
-        first, last = token.map
+        first, last = token.map or (0, 0)  # every block-level opening token carries its line range
         return _span(text, lines[first], lines[min(last, len(lines) - 1)])
 
     for i, token in enumerate(tokens):

@@ -162,38 +162,36 @@ class SearchPipeline:
             _drop_stale_generations(c)
         with timer("rescore"):
             self._rescore(candidates, params, vectors, sparse)
-        out = []
-        for i, (query, p) in enumerate(zip(queries, params, strict=True)):
-            with timer("fuse"):
-                stages, order = _fuse(candidates[i], p)
-                if p.distinct_docs:
-                    order = _first_per_document(order, candidates[i])
-            reranked = False
-            top = order[: max(p.k, p.rerank_depth if p.rerank else 0)]
-            with timer("fetch"):
-                payloads = {
-                    sp.payload["chunk_id"]: sp.payload
-                    for sp in self.store.retrieve([candidates[i].points[c] for c in top])
-                }
-            top = [c for c in top if c in payloads]  # deleted between the two engine calls
-            if p.rerank and self.reranker is None:
-                warnings[i].append(RERANK_OFF)
-            elif p.rerank and self.reranker is not None and top:
-                with timer("rerank"):
-                    top = self._rerank(query, top[: p.rerank_depth], payloads, stages) + top[p.rerank_depth :]
-                reranked = True
-            final_stage = "rerank" if reranked else "fusion"
-            hits = tuple(
-                hit_from_payload(
-                    payloads[c],
-                    stages[c][final_stage].score if final_stage in stages[c] else stages[c]["fusion"].score,
-                    stages[c],
-                )
-                for c in top[: p.k]
-            )
-            out.append(SearchResult(hits, {}, p, reranked, tuple(warnings[i])))
+        out = [
+            self._finish(query, p, candidates[i], timer, warnings[i])
+            for i, (query, p) in enumerate(zip(queries, params, strict=True))
+        ]
         timer.ms["total"] = round((time.perf_counter() - total_start) * 1000, 3)
         return [SearchResult(r.hits, dict(timer.ms), r.params, r.reranked, r.warnings) for r in out]
+
+    def _finish(self, query: str, p: SearchParams, c: _Candidates, timer: _Timer, warnings: list[str]) -> SearchResult:
+        """Fuse one query's candidates, fetch the payloads it shows, rerank its top when asked."""
+        with timer("fuse"):
+            stages, order = _fuse(c, p)
+            if p.distinct_docs:
+                order = _first_per_document(order, c)
+        top = order[: max(p.k, p.rerank_depth if p.rerank else 0)]
+        with timer("fetch"):
+            payloads = {sp.payload["chunk_id"]: sp.payload for sp in self.store.retrieve([c.points[k] for k in top])}
+        top = [k for k in top if k in payloads]  # a document deleted between the two engine calls
+        reranked = False
+        if p.rerank and self.reranker is None:
+            warnings.append(RERANK_OFF)
+        elif p.rerank and self.reranker is not None and top:
+            with timer("rerank"):
+                top = _rerank(self.reranker, query, top[: p.rerank_depth], payloads, stages) + top[p.rerank_depth :]
+            reranked = True
+        final = "rerank" if reranked else "fusion"
+        hits = tuple(
+            hit_from_payload(payloads[k], stages[k].get(final, stages[k]["fusion"]).score, stages[k])
+            for k in top[: p.k]
+        )
+        return SearchResult(hits, {}, p, reranked, tuple(warnings))
 
     def _validate(self, query: str, p: SearchParams) -> None:
         lim = self.limits
@@ -237,19 +235,20 @@ class SearchPipeline:
             scores = {sp.payload["chunk_id"]: sp.score for sp in points}
             c.rescored[using] = {k: scores.get(k, 0.0) for k in set(c.lists[DENSE]) | set(c.lists[SPARSE])}
 
-    def _rerank(
-        self,
-        query: str,
-        top: list[str],
-        payloads: Mapping[str, Mapping[str, object]],
-        stages: dict[str, dict[str, StageScore]],
-    ) -> list[str]:
-        assert self.reranker is not None
-        texts = [hit_from_payload(payloads[c], 0.0, {}).chunk.embed_text for c in top]
-        scores = dict(zip(top, self.reranker.score(query, texts), strict=True))
-        for key, rank in fusion.ranks(scores).items():
-            stages[key]["rerank"] = StageScore(rank, scores[key])
-        return sorted(top, key=lambda c: (-scores[c], c))
+
+def _rerank(
+    reranker: Reranker,
+    query: str,
+    top: list[str],
+    payloads: Mapping[str, Mapping[str, object]],
+    stages: dict[str, dict[str, StageScore]],
+) -> list[str]:
+    """Cross-encoder scores for the top chunks (title and heading path included), best first."""
+    texts = [hit_from_payload(payloads[k], 0.0, {}).chunk.embed_text for k in top]
+    scores = dict(zip(top, reranker.score(query, texts), strict=True))
+    for key, rank in fusion.ranks(scores).items():
+        stages[key]["rerank"] = StageScore(rank, scores[key])
+    return sorted(top, key=lambda k: (-scores[k], k))
 
 
 def _collect(points: list[ScoredPoint], c: _Candidates, limit: int) -> dict[str, float]:

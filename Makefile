@@ -1,0 +1,47 @@
+# Two entry points that work on a fresh machine (Python 3.11+):
+#   make run   install, then serve on the embedded store with the demo handbook loaded (http://127.0.0.1:8000/docs)
+#   make test  install, then lint, type-check and run the test suite (what .ci/run does)
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+DATA   ?= data
+export HF_HUB_OFFLINE = 1
+export TRANSFORMERS_OFFLINE = 1
+
+.PHONY: setup run test lint bench-quality bench-speed eval-gate clean
+
+$(BIN)/plumbline: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# the CPU build of torch first: a package that pulls torch unpinned would fetch a multi-GB CUDA build
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+setup: $(BIN)/plumbline
+
+run: setup
+	$(BIN)/plumbline serve --data-dir $(DATA) --host $(HOST) --port $(PORT) --ingest demo/handbook
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest -q
+
+# The regression gate CI can run against the committed baseline (exit 1 on a regression).
+eval-gate: setup
+	$(BIN)/plumbline eval run --data-dir $(DATA)/gate --ingest demo/handbook --set handbook --baseline handbook
+
+bench-quality: setup
+	$(BIN)/python benchmarks/quality.py --tokenizers
+
+bench-speed: setup
+	$(BIN)/python benchmarks/speed.py
+
+clean:
+	rm -rf $(VENV) $(DATA) .mypy_cache .ruff_cache .pytest_cache *.egg-info
