@@ -14,9 +14,8 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
 
 from service.chunking import Chunker
 from service.domain import Chunk, Document
@@ -38,7 +37,6 @@ from service.tokenizer import Tokenizer, TokenizerConfig
 
 DOC_ID = re.compile(r"^[^\x00-\x1f\x7f#]{1,512}$")
 WRITE_BATCH = 256
-Progress = Callable[[int], None]
 
 
 @dataclass(frozen=True)
@@ -107,7 +105,7 @@ class Index:
         self._measure = measure_avg_len
         self.encoder = Bm25Encoder(Tokenizer(tokenizer), self.manifest.bm25 if self.manifest else bm25)
 
-    def ingest(self, docs: Sequence[Document], progress: Progress | None = None) -> IngestResult:
+    def ingest(self, docs: Sequence[Document]) -> IngestResult:
         docs = self._validated(docs)
         with self._write_lock:
             known = self._fingerprints([d.id for d in docs])
@@ -120,7 +118,7 @@ class Index:
             if self.manifest is None and chunked:
                 self._write_manifest([c for _, cs in chunked for c in cs])
             gen = self._next_generation()
-            points = self._encode(chunked, fingerprints, gen, progress)
+            points = self._encode(chunked, fingerprints, gen)
             try:
                 for start in range(0, len(points), WRITE_BATCH):
                     self.store.upsert(points[start : start + WRITE_BATCH])
@@ -187,16 +185,10 @@ class Index:
         chunked: list[tuple[Document, list[Chunk]]],
         fingerprints: dict[str, str],
         gen: int,
-        progress: Progress | None,
     ) -> list[StorePoint]:
         flat = [(doc, chunk) for doc, chunks in chunked for chunk in chunks]
-        vectors: list[Any] = []
-        step = 256
-        for start in range(0, len(flat), step):
-            part = flat[start : start + step]
-            vectors.extend(self.embedder.embed_documents([c.embed_text for _, c in part]))
-            if progress:
-                progress(len(part))
+        # one call for the whole batch: the model sorts texts by length, so padding is least this way
+        vectors = self.embedder.embed_documents([c.embed_text for _, c in flat])
         points = [
             StorePoint(
                 id=chunk_point_id(chunk.chunk_id, gen),

@@ -139,6 +139,9 @@ class Runtime:
         embedder = (self.components.embedder or build_embedder)(s)
         reranker = (self.components.reranker or build_reranker)(s)
         store = (self.components.store or build_store)(s)
+        embedder.embed_queries(["warm-up"])  # the first forward pass is slow: pay it before readiness
+        if reranker is not None:
+            reranker.score("warm-up", ["warm-up"])
         index = Index(
             store,
             embedder,
