@@ -30,11 +30,11 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import httpx
 import numpy as np
 import uvicorn
 from rank_bm25 import BM25Okapi
 
+from eval.http import no_delay_client
 from eval.trec import read_queries
 from service.api.app import create_app
 from service.chunking import Chunker, ChunkerConfig
@@ -143,7 +143,7 @@ def serve(settings: Settings, components: Components) -> tuple[str, Callable[[],
 def latency(url: str, queries: Sequence[str], body: dict[str, object], warmup: int = 5) -> tuple[float, float, float]:
     """p50 and p95 of the HTTP round trip, and p50 of the pipeline's own total, in ms."""
     rtt, inner = [], []
-    with httpx.Client(timeout=60) as client:
+    with no_delay_client() as client:
         for i, q in enumerate([*queries[:warmup], *queries]):
             start = time.perf_counter()
             r = client.post(f"{url}/search", json={**body, "query": q, "k": 10})

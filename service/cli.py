@@ -117,11 +117,10 @@ def _ingest(args: argparse.Namespace) -> int:
     totals = {"documents": 0, "chunks": 0, "unchanged": 0}
     with tqdm(total=count_documents(args.path), unit="doc", desc="ingest") as bar:
         if args.url:
-            import httpx
-
+            from eval.http import no_delay_client
             from service.api.schemas import DocumentIn
 
-            with httpx.Client(timeout=600) as client:
+            with no_delay_client(timeout=600) as client:
                 for batch in _batches(docs, args.batch_size):
                     body = {"documents": [DocumentIn.model_validate(asdict(d)).model_dump(mode="json") for d in batch]}
                     response = client.post(f"{args.url.rstrip('/')}/documents", json=body)

@@ -50,11 +50,6 @@ class DateRange:
 
 
 @dataclass(frozen=True)
-class IsEmpty:
-    key: str
-
-
-@dataclass(frozen=True)
 class HasId:
     """The point is one of `ids` (store point ids)."""
 
@@ -70,7 +65,7 @@ class Clause:
     must_not: tuple[Condition, ...] = ()
 
 
-Condition = Match | MatchAny | NumberRange | DateRange | IsEmpty | HasId | Clause
+Condition = Match | MatchAny | NumberRange | DateRange | HasId | Clause
 
 
 @dataclass(frozen=True)
@@ -139,10 +134,10 @@ def of_kind(kind: str) -> Clause:
 def build_filter(spec: FilterSpec, *, fresh_only: bool, now: dt.datetime) -> Clause:
     """The condition tree for `spec`, plus freshness when `fresh_only` is on.
 
-    Fresh means status `current` and `valid_until` absent or later than `now`. Asking for a non-current
+    Fresh means status `current` and `valid_until` later than `now` (absent: `payload.NEVER`). Asking for a non-current
     status while `fresh_only` is on is a contradiction and is rejected rather than silently empty.
     """
-    must: list[Condition] = [Match("kind", "chunk")]
+    must: list[Condition] = []  # only chunk points carry vectors, so no kind condition is needed
     if spec.tenant is not None:
         must.append(Match("tenant", spec.tenant))
     if spec.tags:
@@ -160,7 +155,7 @@ def build_filter(spec: FilterSpec, *, fresh_only: bool, now: dt.datetime) -> Cla
     must.extend(_metadata_condition(m) for m in spec.metadata)
     if fresh_only:
         must.append(Match("status", DocStatus.CURRENT.value))
-        must.append(Clause(should=(IsEmpty("valid_until"), DateRange("valid_until", gt=now))))
+        must.append(DateRange("valid_until", gt=now))  # documents without an end date store NEVER
     return Clause(must=tuple(must))
 
 

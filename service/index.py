@@ -111,6 +111,8 @@ class Index:
             known = self._fingerprints([d.id for d in docs])
             fingerprints = {d.id: self._fingerprint(d) for d in docs}
             todo = [d for d in docs if known.get(d.id) != fingerprints[d.id]]
+            if not todo:
+                return IngestResult(len(docs), 0, len(docs))
             chunked = [(d, self.chunker.chunk(d)) for d in todo]
             for doc, chunks in chunked:
                 if not chunks:

@@ -17,6 +17,7 @@ from service.domain import Chunk, DocFormat, DocStatus, Document, Hit, StageScor
 
 _NAMESPACE = uuid.UUID("6c1f5b8e-8f3a-4d55-9a59-6f1e2b9d3c10")
 MANIFEST_ID = str(uuid.uuid5(_NAMESPACE, "manifest"))
+NEVER = "9999-12-31T23:59:59Z"
 
 
 def chunk_point_id(chunk_id: str, gen: int) -> str:
@@ -45,9 +46,11 @@ def _document_fields(doc: Document, gen: int) -> dict[str, Any]:
         "status": doc.status.value,
         "metadata": dict(doc.metadata),
     }
-    for key, value in (("updated_at", doc.updated_at), ("valid_until", doc.valid_until)):
-        if value is not None:  # absent, not null: freshness tests `valid_until` with is-empty
-            fields[key] = _iso(value)
+    if doc.updated_at is not None:
+        fields["updated_at"] = _iso(doc.updated_at)
+    # Never absent: a document without an end date is valid until NEVER, so freshness is one indexed range
+    # condition (an "is empty OR later than now" clause made filtered search twice as slow at 100k chunks).
+    fields["valid_until"] = _iso(doc.valid_until) or NEVER
     return fields
 
 
@@ -100,7 +103,7 @@ def document_from_payload(p: Mapping[str, Any]) -> Document:
         tenant=p.get("tenant"),
         status=DocStatus(p.get("status", "current")),
         updated_at=_parse(p.get("updated_at")),
-        valid_until=_parse(p.get("valid_until")),
+        valid_until=None if p.get("valid_until") in (None, NEVER) else _parse(p["valid_until"]),
         supersedes=p.get("supersedes"),
     )
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from service.filters import Clause, Condition, DateRange, HasId, IsEmpty, Match, MatchAny, NumberRange
+from service.filters import Clause, Condition, DateRange, HasId, Match, MatchAny, NumberRange
 from service.sparse import SparseVector
 
 DENSE: Literal["dense"] = "dense"
@@ -110,7 +110,6 @@ class FilterDialect(Protocol, Generic[T]):
     def match_any(self, key: str, values: Sequence[str]) -> T: ...
     def number_range(self, c: NumberRange) -> T: ...
     def date_range(self, key: str, gt: str | None, gte: str | None, lt: str | None, lte: str | None) -> T: ...
-    def is_empty(self, key: str) -> T: ...
     def has_id(self, ids: Sequence[str]) -> T: ...
     def clause(self, must: list[T], should: list[T], must_not: list[T]) -> T: ...
 
@@ -132,8 +131,6 @@ def translate(node: Condition, dialect: FilterDialect[T]) -> T:
     if isinstance(node, DateRange):
         iso = [d.isoformat() if d else None for d in (node.gt, node.gte, node.lt, node.lte)]
         return dialect.date_range(node.key, *iso)
-    if isinstance(node, IsEmpty):
-        return dialect.is_empty(node.key)
     if isinstance(node, HasId):
         return dialect.has_id(node.ids)
     raise TypeError(f"unknown filter node {node!r}")

@@ -48,9 +48,6 @@ class _EdgeDialect:
     def date_range(self, key: str, gt: str | None, gte: str | None, lt: str | None, lte: str | None) -> Any:
         return qe.FieldCondition(key=key, range=qe.RangeDateTime(gt=gt, gte=gte, lt=lt, lte=lte))
 
-    def is_empty(self, key: str) -> Any:
-        return qe.IsEmptyCondition(key)
-
     def has_id(self, ids: Sequence[str]) -> Any:
         return qe.HasIdCondition(set(ids))
 

@@ -47,9 +47,6 @@ class _ClientDialect:
     def date_range(self, key: str, gt: str | None, gte: str | None, lt: str | None, lte: str | None) -> Any:
         return m.FieldCondition(key=key, range=m.DatetimeRange(gt=gt, gte=gte, lt=lt, lte=lte))
 
-    def is_empty(self, key: str) -> Any:
-        return m.IsEmptyCondition(is_empty=m.PayloadField(key=key))
-
     def has_id(self, ids: Sequence[str]) -> Any:
         return m.HasIdCondition(has_id=list(ids))
 

@@ -10,7 +10,6 @@ from service.filters import (
     Clause,
     DateRange,
     FilterSpec,
-    IsEmpty,
     Match,
     MatchAny,
     NumberRange,
@@ -24,12 +23,8 @@ NOW = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
 
 def test_fresh_only_adds_status_and_expiry() -> None:
     clause = build_filter(FilterSpec(), fresh_only=True, now=NOW)
-    assert clause.must == (
-        Match("kind", "chunk"),
-        Match("status", "current"),
-        Clause(should=(IsEmpty("valid_until"), DateRange("valid_until", gt=NOW))),
-    )
-    assert build_filter(FilterSpec(), fresh_only=False, now=NOW).must == (Match("kind", "chunk"),)
+    assert clause.must == (Match("status", "current"), DateRange("valid_until", gt=NOW))
+    assert build_filter(FilterSpec(), fresh_only=False, now=NOW).must == ()
 
 
 def test_every_field_becomes_a_condition() -> None:
@@ -44,7 +39,6 @@ def test_every_field_becomes_a_condition() -> None:
     )
     must = build_filter(spec, fresh_only=False, now=NOW).must
     assert must == (
-        Match("kind", "chunk"),
         Match("tenant", "acme"),
         MatchAny("tags", ("billing", "hr")),
         MatchAny("doc_id", ("a",)),
