@@ -140,9 +140,12 @@ def serve(settings: Settings, components: Components) -> tuple[str, Callable[[],
     return f"http://127.0.0.1:{sock.getsockname()[1]}", stop
 
 
-def latency(url: str, queries: Sequence[str], body: dict[str, object], warmup: int = 5) -> tuple[float, float, float]:
-    """p50 and p95 of the HTTP round trip, and p50 of the pipeline's own total, in ms."""
-    rtt, inner = [], []
+def latency(
+    url: str, queries: Sequence[str], body: dict[str, object], warmup: int = 5
+) -> tuple[float, float, dict[str, float]]:
+    """p50 and p95 of the HTTP round trip, and the p50 of each pipeline stage (and its total), in ms."""
+    rtt: list[float] = []
+    stages: dict[str, list[float]] = {}
     with no_delay_client() as client:
         for i, q in enumerate([*queries[:warmup], *queries]):
             start = time.perf_counter()
@@ -151,8 +154,25 @@ def latency(url: str, queries: Sequence[str], body: dict[str, object], warmup: i
             r.raise_for_status()
             if i >= warmup:
                 rtt.append(elapsed)
-                inner.append(r.json()["timings_ms"]["total"])
-    return statistics.median(rtt), float(np.percentile(rtt, 95)), statistics.median(inner)
+                for stage, ms in r.json()["timings_ms"].items():
+                    stages.setdefault(stage, []).append(ms)
+    return statistics.median(rtt), float(np.percentile(rtt, 95)), {k: statistics.median(v) for k, v in stages.items()}
+
+
+def engine_floor(store: EdgeStore, dim: int, n: int = 30) -> float:
+    """p50 of the bare engine: one unfiltered dense top-100 query, no payload, no embedding, no HTTP."""
+    import qdrant_edge as qe
+
+    rng = np.random.default_rng(1)
+    times = []
+    for _ in range(n):
+        q = rng.normal(size=dim)
+        start = time.perf_counter()
+        store._open.query(
+            qe.QueryRequest(limit=100, query=qe.Query.Nearest((q / np.linalg.norm(q)).tolist(), using="dense"))
+        )
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
 
 
 def bm25_baseline(chunks: list[tuple[Document, Chunk]], n: int, queries: Sequence[str]) -> tuple[float, float]:
@@ -196,6 +216,7 @@ def main() -> None:
         reranker=lambda s: CrossEncoderReranker(reranker_path, max_tokens=s.rerank_max_tokens),
     )
     rows = []
+    breakdown: list[tuple[int, str, dict[str, float]]] = []
     sizes = [(2_000, "real") if args.quick else (10_000, "real"), (100_000, "random dense vectors")]
     for n, kind in sizes:
         settings = Settings(data_dir=tmp / f"n{n}", default_rerank=False)
@@ -210,13 +231,16 @@ def main() -> None:
             store.ensure_schema(embedder.dimension)
             fill_random(store, chunks, n, embedder.dimension)
         points = store.count(of_kind("chunk"))
+        floor = engine_floor(store, embedder.dimension)
         store.close()
         url, stop = serve(settings, components)
         for mode, body in MODES.items():
             qs = queries[: max(10, n_queries // 5)] if "rerank" in mode else queries
-            p50, p95, inner = latency(url, qs, body)
-            rows.append((points, kind, mode, p50, p95, inner))
+            p50, p95, stages = latency(url, qs, body)
+            rows.append((points, kind, mode, p50, p95, stages["total"]))
+            breakdown.append((points, mode, stages))
         stop()
+        rows.append((n, "bare engine: dense top-100, no filter, no payload", "floor", floor, floor, floor))
         b50, b95 = bm25_baseline(chunks, n, queries)
         rows.append((n, "rank_bm25 BM25Okapi, in-process, no HTTP", "keyword baseline", b50, b95, b50))
     print("\n### /search latency, SciFact test queries, k=10, candidates=100, 2 cores\n")
@@ -224,6 +248,12 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for n, kind, mode, p50, p95, inner in rows:
         print(f"| {n:,} | {kind} | {mode} | {p50:.1f} | {p95:.1f} | {inner:.1f} |")
+    names = ["embed", "sparse", "retrieve", "rescore", "fuse", "fetch", "rerank", "total"]
+    print("\n### Pipeline stages, p50 ms\n")
+    print("| chunks | mode | " + " | ".join(names) + " |")
+    print("|---|---|" + "---|" * len(names))
+    for n, mode, stages in breakdown:
+        print(f"| {n:,} | {mode} | " + " | ".join(f"{stages.get(s, 0.0):.1f}" for s in names) + " |")
 
 
 if __name__ == "__main__":

@@ -23,14 +23,18 @@ from eval.storage import RunStore, SetStore
 from service.api.convert import to_filters
 from service.api.schemas import FiltersIn
 from service.errors import InvalidRequest
+from service.filters import FilterSpec
 from service.pipeline import SearchParams, SearchPipeline
 
 
-def parse_case_filters(raw: Mapping[str, Any]) -> Any:
+def parse_case_filters(raw: Mapping[str, Any]) -> FilterSpec:
+    """A case's `filters` object, validated like a /search request's."""
     try:
         return to_filters(FiltersIn.model_validate(raw))
     except ValidationError as exc:
-        raise InvalidRequest(f"case filters {dict(raw)} are invalid: {exc.errors()[0]['msg']}") from None
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InvalidRequest(f"case filters {dict(raw)} are invalid: {where}: {first['msg']}") from None
 
 
 class PipelineRetriever:

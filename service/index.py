@@ -117,7 +117,7 @@ class Index:
             for doc, chunks in chunked:
                 if not chunks:
                     raise InvalidRequest(f"document {doc.id!r} has no text to index after parsing")
-            if self.manifest is None and chunked:
+            if self.manifest is None:
                 self._write_manifest([c for _, cs in chunked for c in cs])
             gen = self._next_generation()
             points = self._encode(chunked, fingerprints, gen)
@@ -127,10 +127,7 @@ class Index:
             except Exception:
                 self.store.delete(Clause(must=(MatchAny("doc_id", tuple(d.id for d in todo)), Match("gen", gen))))
                 raise
-            if todo:
-                self.store.delete(
-                    Clause(must=(MatchAny("doc_id", tuple(d.id for d in todo)), NumberRange("gen", lt=gen)))
-                )
+            self.store.delete(Clause(must=(MatchAny("doc_id", tuple(d.id for d in todo)), NumberRange("gen", lt=gen))))
         return IngestResult(len(docs), sum(len(cs) for _, cs in chunked), len(docs) - len(todo))
 
     def delete(self, doc_id: str) -> int:

@@ -13,19 +13,7 @@ from service.settings import Settings
 
 
 def to_document(d: DocumentIn) -> Document:
-    return Document(
-        id=d.id,
-        title=d.title,
-        text=d.text,
-        format=d.format,
-        metadata=d.metadata,
-        tags=tuple(d.tags),
-        tenant=d.tenant,
-        status=d.status,
-        updated_at=d.updated_at,
-        valid_until=d.valid_until,
-        supersedes=d.supersedes,
-    )
+    return Document(**{**d.model_dump(), "tags": tuple(d.tags)})
 
 
 def to_filters(f: FiltersIn) -> FilterSpec:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from fastapi import APIRouter
 
 from service.api.convert import to_document
@@ -23,25 +25,11 @@ def ingest(body: IngestRequest, index: IndexDep, runtime: RuntimeDep) -> IngestR
 @router.get("/documents/{doc_id:path}", response_model=DocumentOut)
 def get_document(doc_id: str, index: IndexDep) -> DocumentOut:
     stored = index.get(doc_id)
-    d = stored.document
-    return DocumentOut(
-        id=d.id,
-        title=d.title,
-        text=d.text,
-        format=d.format,
-        metadata=dict(d.metadata),
-        tags=list(d.tags),
-        tenant=d.tenant,
-        status=d.status,
-        updated_at=d.updated_at,
-        valid_until=d.valid_until,
-        supersedes=d.supersedes,
-        generation=stored.generation,
-        chunks=[
-            ChunkOut(chunk_id=c.chunk_id, heading_path=c.heading, start=c.start, end=c.end, text=c.text)
-            for c in stored.chunks
-        ],
-    )
+    chunks = [
+        ChunkOut(chunk_id=c.chunk_id, heading_path=c.heading, start=c.start, end=c.end, text=c.text)
+        for c in stored.chunks
+    ]
+    return DocumentOut(**asdict(stored.document), generation=stored.generation, chunks=chunks)
 
 
 @router.delete("/documents/{doc_id:path}", response_model=DeleteResponse)
