@@ -5,7 +5,7 @@
 
 Ingest: the same SciFact chunks go through `Index.ingest` (parse, chunk, embed, BM25-encode, write) and
 through the model's bare `encode`; the ratio is the pipeline's overhead.
-Latency: real HTTP (uvicorn on a socket, an httpx client) against `POST /search`, SciFact test queries,
+Latency: real HTTP (`plumbline serve` in its own process, an httpx client) against `POST /search`, SciFact test queries,
 median and 95th percentile over every query, after a warm-up. At 10k chunks everything is real; at
 100k chunks the stored dense vectors are random (the query is still embedded by the real model, so
 latency includes query embedding) and the BM25 side holds real text. The rerank model is a
@@ -20,9 +20,9 @@ import argparse
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,13 +30,12 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import httpx
 import numpy as np
-import uvicorn
 from rank_bm25 import BM25Okapi
 
 from eval.http import no_delay_client
 from eval.trec import read_queries
-from service.api.app import create_app
 from service.chunking import Chunker, ChunkerConfig
 from service.domain import Chunk, Document
 from service.embedding import SentenceTransformerEmbedder, resolve_model_path
@@ -44,15 +43,14 @@ from service.filters import of_kind
 from service.index import Index
 from service.loaders import iter_documents
 from service.payload import chunk_payload, chunk_point_id, document_payload, document_point_id
-from service.rerank import CrossEncoderReranker
-from service.runtime import Components
 from service.settings import PACKAGED_MODEL, Settings
 from service.sparse import Bm25Encoder, Bm25Params
 from service.stores.base import StorePoint
 from service.stores.edge import EdgeStore
 from service.tokenizer import Tokenizer, TokenizerConfig
 
-SCIFACT = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "scifact"
+ROOT = Path(__file__).resolve().parents[1]
+SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
 MODES = {
     "keyword": {"mode": "keyword"},
     "dense": {"mode": "dense"},
@@ -123,21 +121,31 @@ def fill_random(store: EdgeStore, chunks: list[tuple[Document, Chunk]], n: int, 
         store.upsert(points)
 
 
-def serve(settings: Settings, components: Components) -> tuple[str, Callable[[], None]]:
-    app = create_app(settings, components=components)
-    app.state.runtime.warm_up()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
+def serve(data_dir: Path, reranker_path: str) -> tuple[str, Callable[[], None]]:
+    """`plumbline serve` in its own process (a server thread in this process would share our GIL)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "PLUMBLINE_RERANK_MODEL": reranker_path, "PLUMBLINE_DEFAULT_RERANK": "false"}
+    cmd = [sys.executable, "-m", "service.cli", "serve", "--data-dir", str(data_dir), "--port", str(port)]
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    with no_delay_client() as client:
+        for _ in range(600):  # a benchmark may poll: wait up to 5 minutes for the models and the store
+            try:
+                if client.get(f"{url}/health/ready").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None:
+                raise RuntimeError(f"the server exited with {proc.returncode}")
+            time.sleep(0.5)
 
     def stop() -> None:
-        server.should_exit = True
-        thread.join()
+        proc.terminate()
+        proc.wait(timeout=60)
 
-    return f"http://127.0.0.1:{sock.getsockname()[1]}", stop
+    return url, stop
 
 
 def latency(
@@ -159,19 +167,19 @@ def latency(
     return statistics.median(rtt), float(np.percentile(rtt, 95)), {k: statistics.median(v) for k, v in stages.items()}
 
 
-def engine_floor(store: EdgeStore, dim: int, n: int = 30) -> float:
+def engine_floor(path: Path, dim: int, n: int = 30) -> float:
     """p50 of the bare engine: one unfiltered dense top-100 query, no payload, no embedding, no HTTP."""
     import qdrant_edge as qe
 
+    shard = qe.EdgeShard.load(str(path))
     rng = np.random.default_rng(1)
     times = []
     for _ in range(n):
         q = rng.normal(size=dim)
         start = time.perf_counter()
-        store._open.query(
-            qe.QueryRequest(limit=100, query=qe.Query.Nearest((q / np.linalg.norm(q)).tolist(), using="dense"))
-        )
+        shard.query(qe.QueryRequest(limit=100, query=qe.Query.Nearest((q / np.linalg.norm(q)).tolist(), using="dense")))
         times.append((time.perf_counter() - start) * 1000)
+    shard.close()
     return statistics.median(times)
 
 
@@ -211,10 +219,6 @@ def main() -> None:
     chunks = scifact_chunks(400)
     tmp = Path(tempfile.mkdtemp(prefix="plumbline-speed-"))
     reranker_path = rerank_model(tmp / "cross-encoder")
-    components = Components(
-        embedder=lambda _: embedder,
-        reranker=lambda s: CrossEncoderReranker(reranker_path, max_tokens=s.rerank_max_tokens),
-    )
     rows = []
     breakdown: list[tuple[int, str, dict[str, float]]] = []
     sizes = [(2_000, "real") if args.quick else (10_000, "real"), (100_000, "random dense vectors")]
@@ -231,9 +235,9 @@ def main() -> None:
             store.ensure_schema(embedder.dimension)
             fill_random(store, chunks, n, embedder.dimension)
         points = store.count(of_kind("chunk"))
-        floor = engine_floor(store, embedder.dimension)
         store.close()
-        url, stop = serve(settings, components)
+        floor = engine_floor(settings.data_dir / "index", embedder.dimension)
+        url, stop = serve(settings.data_dir, reranker_path)
         for mode, body in MODES.items():
             qs = queries[: max(10, n_queries // 5)] if "rerank" in mode else queries
             p50, p95, stages = latency(url, qs, body)

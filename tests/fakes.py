@@ -76,9 +76,6 @@ class FlakyStore:
     def retrieve(self, ids: Sequence[str]) -> list[ScoredPoint]:
         return self.inner.retrieve(ids)
 
-    def dense_vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
-        return self.inner.dense_vectors(ids)
-
     def scroll(self, where: Clause, limit: int) -> list[ScoredPoint]:
         return self.inner.scroll(where, limit)
 

@@ -90,9 +90,6 @@ class VectorStore(Protocol):
     def retrieve(self, ids: Sequence[str]) -> list[ScoredPoint]:
         """Full payloads of the given points (score 0), in no particular order; missing ids are skipped."""
 
-    def dense_vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
-        """Stored dense vectors by point id (unit length: the collection uses cosine); missing ids skipped."""
-
     def scroll(self, where: Clause, limit: int) -> list[ScoredPoint]:
         """Up to `limit` points matching `where` with full payloads (score 0)."""
 

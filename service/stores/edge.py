@@ -127,10 +127,6 @@ class EdgeStore:
         records = self._open.retrieve(list(ids), with_payload=True, with_vector=False)
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records]
 
-    def dense_vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
-        records = self._open.retrieve(list(ids), with_payload=False, with_vector=[DENSE])
-        return {str(r.id): r.vector[DENSE] for r in records if r.vector and DENSE in r.vector}
-
     def scroll(self, where: Clause, limit: int) -> list[ScoredPoint]:
         records, _ = self._open.scroll(
             qe.ScrollRequest(limit=limit, filter=translate(where, _DIALECT), with_payload=True)

@@ -8,7 +8,7 @@ Writes use `wait=True`, so a returned call is applied and durable on the server.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 from qdrant_client import QdrantClient
 from qdrant_client import models as m
@@ -106,14 +106,6 @@ class QdrantStore:
     def retrieve(self, ids: Sequence[str]) -> list[ScoredPoint]:
         records = self.client.retrieve(self.collection, list(ids), with_payload=True, with_vectors=False)
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records]
-
-    def dense_vectors(self, ids: Sequence[str]) -> dict[str, list[float]]:
-        records = self.client.retrieve(self.collection, list(ids), with_payload=False, with_vectors=[DENSE])
-        return {
-            str(r.id): cast(list[float], r.vector[DENSE])
-            for r in records
-            if isinstance(r.vector, dict) and DENSE in r.vector
-        }
 
     def scroll(self, where: Clause, limit: int) -> list[ScoredPoint]:
         records, _ = self.client.scroll(

@@ -7,6 +7,7 @@ SciFact with the sparse BM25 below (numpy + scipy, about a second for the whole 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -20,7 +21,9 @@ from scipy import sparse
 from eval.cases import Case
 from eval.trec import Qrels, cases_from_qrels, read_qrels, read_queries
 
-SCIFACT = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "scifact"
+# The public collections sit beside the checkout (../shared/datasets); PLUMBLINE_DATASETS points elsewhere.
+DATASETS = Path(os.environ.get("PLUMBLINE_DATASETS", Path(__file__).resolve().parents[3] / "shared" / "datasets"))
+SCIFACT = DATASETS / "scifact"
 
 
 def tokenize(text: str) -> list[str]:
