@@ -50,7 +50,7 @@ class PipelineRetriever:
 
     def retrieve(self, queries: Sequence[Query]) -> list[list[Retrieved]]:
         params = [self._params(q) for q in queries]
-        results = self.pipeline.search_batch([q.text for q in queries], params)
+        results = self.pipeline.search_batch([q.text for q in queries], params, observe=False)
         return [[Retrieved(h.chunk.chunk_id, h.chunk.doc_id, h.chunk.text, h.score) for h in r.hits] for r in results]
 
     def _params(self, q: Query) -> SearchParams:

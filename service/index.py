@@ -1,16 +1,19 @@
 """The index: ingest (validate → chunk → embed + BM25-encode → write), delete, read back, manifest.
 
 A batch is validated and encoded in full before the first write, so bad input changes nothing. Each
-batch gets a new generation; its points are written, then older generations of the same documents
-are deleted. Readers keep only the newest generation of a document, so a re-ingest is atomic as seen
-by any search, and a crash between the two steps leaves a consistent index (the next ingest of that
-document removes the leftover). A failed write deletes what it wrote and re-raises.
+batch gets a new generation, written in three steps: the chunks, then the document records (the
+commit marker: readers use only the generation of a document's newest record, see
+`service.candidates`), then the deletion of older generations. A reader therefore sees the old version
+or the new one, never a mix, at every moment and after a crash at any step; a failed write deletes what
+it wrote and re-raises. Leftovers of a crash are removed the next time the batch holding that document
+is ingested, changed or not.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import threading
 import time
@@ -35,6 +38,7 @@ from service.sparse import Bm25Encoder, Bm25Params
 from service.stores.base import StorePoint, VectorStore
 from service.tokenizer import Tokenizer, TokenizerConfig
 
+log = logging.getLogger("plumbline")
 DOC_ID = re.compile(r"^[^\x00-\x1f\x7f#]{1,512}$")
 WRITE_BATCH = 256
 
@@ -108,27 +112,36 @@ class Index:
     def ingest(self, docs: Sequence[Document]) -> IngestResult:
         docs = self._validated(docs)
         with self._write_lock:
-            known = self._fingerprints([d.id for d in docs])
+            known = self._records([d.id for d in docs])
             fingerprints = {d.id: self._fingerprint(d) for d in docs}
-            todo = [d for d in docs if known.get(d.id) != fingerprints[d.id]]
+            todo = [d for d in docs if d.id not in known or known[d.id][1] != fingerprints[d.id]]
+            self._remove_leftovers({d.id: known[d.id][0] for d in docs if d not in todo})
             if not todo:
                 return IngestResult(len(docs), 0, len(docs))
             chunked = [(d, self.chunker.chunk(d)) for d in todo]
             for doc, chunks in chunked:
                 if not chunks:
                     raise InvalidRequest(f"document {doc.id!r} has no text to index after parsing")
-            if self.manifest is None:
-                self._write_manifest([c for _, cs in chunked for c in cs])
+            manifest = self.manifest or self._measured([c for _, cs in chunked for c in cs])
+            encoder = Bm25Encoder(self.encoder.tokenizer, manifest.bm25)
             gen = self._next_generation()
-            points = self._encode(chunked, fingerprints, gen)
+            points, records = self._encode(chunked, fingerprints, gen, encoder)
+            if self.manifest is None:
+                records.append(StorePoint(MANIFEST_ID, {"kind": "manifest", **asdict(manifest)}))
+            ids = tuple(d.id for d in todo)
             try:
                 for start in range(0, len(points), WRITE_BATCH):
                     self.store.upsert(points[start : start + WRITE_BATCH])
+                self.store.upsert(records)  # the commit: from here on readers see this generation
             except Exception:
-                self.store.delete(Clause(must=(MatchAny("doc_id", tuple(d.id for d in todo)), Match("gen", gen))))
+                self.store.delete(Clause(must=(MatchAny("doc_id", ids), Match("gen", gen))))
                 raise
-            self.store.delete(Clause(must=(MatchAny("doc_id", tuple(d.id for d in todo)), NumberRange("gen", lt=gen))))
-        return IngestResult(len(docs), sum(len(cs) for _, cs in chunked), len(docs) - len(todo))
+            self.manifest, self.encoder = manifest, encoder
+            try:
+                self.store.delete(Clause(must=(MatchAny("doc_id", ids), NumberRange("gen", lt=gen))))
+            except Exception:  # committed: readers already ignore the old generation; the next ingest retries
+                log.warning("could not delete superseded generations of %d document(s)", len(ids), exc_info=True)
+        return IngestResult(len(docs), len(points), len(docs) - len(todo))
 
     def delete(self, doc_id: str) -> int:
         """Remove every point of the document; the number of chunks it had."""
@@ -184,7 +197,9 @@ class Index:
         chunked: list[tuple[Document, list[Chunk]]],
         fingerprints: dict[str, str],
         gen: int,
-    ) -> list[StorePoint]:
+        encoder: Bm25Encoder,
+    ) -> tuple[list[StorePoint], list[StorePoint]]:
+        """Chunk points (embedded and BM25-encoded) and the documents' record points."""
         flat = [(doc, chunk) for doc, chunks in chunked for chunk in chunks]
         # one call for the whole batch: the model sorts texts by length, so padding is least this way
         vectors = self.embedder.embed_documents([c.embed_text for _, c in flat])
@@ -193,15 +208,15 @@ class Index:
                 id=chunk_point_id(chunk.chunk_id, gen),
                 payload=chunk_payload(doc, chunk, gen),
                 dense=vector.tolist(),
-                sparse=self.encoder.encode_document(chunk.embed_text),
+                sparse=encoder.encode_document(chunk.embed_text),
             )
             for (doc, chunk), vector in zip(flat, vectors, strict=True)
         ]
-        points.extend(
+        records = [
             StorePoint(document_point_id(doc.id, gen), document_payload(doc, gen, len(chunks), fingerprints[doc.id]))
             for doc, chunks in chunked
-        )
-        return points
+        ]
+        return points, records
 
     def _next_generation(self) -> int:
         # Microseconds: exact in the engine's float64 range conditions, and monotonic in this process.
@@ -212,16 +227,25 @@ class Index:
         blob = json.dumps([asdict(doc), asdict(self.chunker.config), asdict(self._wanted)], sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()
 
-    def _fingerprints(self, ids: list[str]) -> dict[str, str]:
-        records = self.store.scroll(
-            Clause(must=(Match("kind", "document"), MatchAny("doc_id", tuple(ids)))), limit=4 * len(ids) + 16
-        )
+    def _records(self, ids: list[str]) -> dict[str, tuple[int, str]]:
+        """(committed generation, fingerprint) of each document already indexed."""
+        where = Clause(must=(Match("kind", "document"), MatchAny("doc_id", tuple(ids))))
         newest: dict[str, tuple[int, str]] = {}
-        for r in records:
+        for r in self.store.scroll(where, limit=4 * len(ids) + 16, fields=("doc_id", "gen", "fingerprint")):
             gen, doc_id = int(r.payload["gen"]), r.payload["doc_id"]
             if gen > newest.get(doc_id, (-1, ""))[0]:
                 newest[doc_id] = (gen, r.payload.get("fingerprint", ""))
-        return {doc_id: fp for doc_id, (_, fp) in newest.items()}
+        return newest
+
+    def _remove_leftovers(self, committed: dict[str, int]) -> None:
+        """Delete points of generations older than the committed one (a crash left them behind).
+
+        Newer uncommitted points (a writer crashed before its commit) are left alone here, since another
+        replica may be writing them right now; the document's next change deletes them."""
+        for doc_id, gen in committed.items():
+            stale = Clause(must=(Match("doc_id", doc_id), NumberRange("gen", lt=gen)))
+            if self.store.count(stale):
+                self.store.delete(stale)
 
     def _read_manifest(self) -> Manifest | None:
         records = self.store.retrieve([MANIFEST_ID])
@@ -236,16 +260,12 @@ class Index:
             schema_version=int(p["schema_version"]),
         )
 
-    def _write_manifest(self, first_chunks: list[Chunk]) -> None:
-        bm25 = self._wanted.bm25
-        if self._measure:
-            tokenizer = self.encoder.tokenizer
-            lengths = [len(tokenizer.tokens(c.embed_text)) for c in first_chunks]
-            bm25 = replace(bm25, avg_len=max(1.0, sum(lengths) / len(lengths)))
-        manifest = replace(self._wanted, bm25=bm25)
-        self.store.upsert([StorePoint(MANIFEST_ID, {"kind": "manifest", **asdict(manifest)})])
-        self.manifest = manifest
-        self.encoder = Bm25Encoder(self.encoder.tokenizer, bm25)
+    def _measured(self, first_chunks: list[Chunk]) -> Manifest:
+        """The manifest the first batch fixes: the settings, with the mean chunk length measured on it."""
+        if not self._measure:
+            return self._wanted
+        lengths = [len(self.encoder.tokenizer.tokens(c.embed_text)) for c in first_chunks]
+        return replace(self._wanted, bm25=replace(self._wanted.bm25, avg_len=max(1.0, sum(lengths) / len(lengths))))
 
 
 def _derived_title(doc: Document) -> str:

@@ -2,7 +2,7 @@
 
     query ─► filter tree (request filters ∧ freshness ∧ tenant)
           ─► dense top-N ∥ keyword top-N   (one batched engine call, filtered inside the engine)
-          ─► drop stale generations ─► [weighted: rescore the union on both sides] ─► fusion
+          ─► keep committed generations ─► [weighted: rescore the union on both sides] ─► fusion
           ─► [rerank top-M] ─► fetch payloads of the top k ─► hits + per-stage ranks + timings
 
 `search_batch` runs many queries at once (one embedding batch, one engine call per phase): the eval
@@ -18,18 +18,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from service import fusion
+from service.candidates import TIE_MARGIN, Candidates, newest
 from service.domain import FusionMethod, Hit, Mode, StageScore
 from service.embedding import Embedder, Matrix
 from service.errors import InvalidRequest
-from service.filters import Clause, FilterSpec, HasId, build_filter
+from service.filters import Clause, FilterSpec, HasId, Match, MatchAny, build_filter
 from service.payload import hit_from_payload
 from service.rerank import Reranker
 from service.sparse import Bm25Encoder, SparseVector
-from service.stores.base import DENSE, SPARSE, ScoredPoint, VectorName, VectorQuery, VectorStore
+from service.stores.base import DENSE, SPARSE, VectorName, VectorQuery, VectorStore
 
-# Candidates are fetched this much deeper than asked and cut by (score, chunk id) here, so that ties at
-# the cut are broken the same way on every engine and every run.
-TIE_MARGIN = 16
 RERANK_OFF = "rerank was requested but no cross-encoder is configured (set PLUMBLINE_RERANK_MODEL); not reranked"
 
 
@@ -66,16 +64,6 @@ class SearchResult:
     params: SearchParams
     reranked: bool
     warnings: tuple[str, ...] = ()
-
-
-@dataclass
-class _Candidates:
-    """One query's candidate lists keyed by chunk id, with the point id behind each chunk."""
-
-    lists: dict[str, dict[str, float]] = field(default_factory=dict)
-    points: dict[str, str] = field(default_factory=dict)
-    generations: dict[str, tuple[str, int]] = field(default_factory=dict)
-    rescored: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 class _Timer:
@@ -125,12 +113,16 @@ class SearchPipeline:
     def search(self, query: str, params: SearchParams) -> SearchResult:
         return self.search_batch([query], [params])[0]
 
-    def search_batch(self, queries: Sequence[str], params: Sequence[SearchParams]) -> list[SearchResult]:
+    def search_batch(
+        self, queries: Sequence[str], params: Sequence[SearchParams], *, observe: bool = True
+    ) -> list[SearchResult]:
+        """One result per query. `observe=False` keeps the stage timings out of the serving metrics (the
+        eval runner's batches would skew the latency histograms of `/search`)."""
         if len(queries) != len(params):
             raise ValueError("one SearchParams per query")
         for query, p in zip(queries, params, strict=True):
             self._validate(query, p)
-        timer = _Timer(self._observe)
+        timer = _Timer(self._observe if observe else None)
         total_start = time.perf_counter()
         now = self._clock()
         filters = [build_filter(p.filters, fresh_only=p.fresh_only, now=now) for p in params]
@@ -155,11 +147,11 @@ class SearchPipeline:
                     requests.append((i, SPARSE, VectorQuery(SPARSE, sparse[i], filters[i], p.candidates + TIE_MARGIN)))
         with timer("retrieve"):
             results = self.store.query([r for _, _, r in requests])
-        candidates = [_Candidates() for _ in queries]
+        with timer("generations"):
+            committed = self._committed({p.payload["doc_id"] for points in results for p in points})
+        candidates = [Candidates() for _ in queries]
         for (i, using, _), points in zip(requests, results, strict=True):
-            candidates[i].lists[using] = _collect(points, candidates[i], params[i].candidates)
-        for c in candidates:
-            _drop_stale_generations(c)
+            candidates[i].add(using, points, committed, params[i].candidates)
         with timer("rescore"):
             self._rescore(candidates, params, vectors, sparse)
         out = [
@@ -169,12 +161,19 @@ class SearchPipeline:
         timer.ms["total"] = round((time.perf_counter() - total_start) * 1000, 3)
         return [SearchResult(r.hits, dict(timer.ms), r.params, r.reranked, r.warnings) for r in out]
 
-    def _finish(self, query: str, p: SearchParams, c: _Candidates, timer: _Timer, warnings: list[str]) -> SearchResult:
+    def _committed(self, doc_ids: set[str]) -> dict[str, int]:
+        """The committed generation of each document: its newest document record (see `candidates`)."""
+        if not doc_ids:
+            return {}
+        where = Clause(must=(Match("kind", "document"), MatchAny("doc_id", tuple(sorted(doc_ids)))))
+        return newest(self.store.scroll(where, limit=4 * len(doc_ids) + 16, fields=("doc_id", "gen")))
+
+    def _finish(self, query: str, p: SearchParams, c: Candidates, timer: _Timer, warnings: list[str]) -> SearchResult:
         """Fuse one query's candidates, fetch the payloads it shows, rerank its top when asked."""
         with timer("fuse"):
             stages, order = _fuse(c, p)
             if p.distinct_docs:
-                order = _first_per_document(order, c)
+                order = c.first_per_document(order)
         top = order[: max(p.k, p.rerank_depth if p.rerank else 0)]
         with timer("fetch"):
             payloads = {sp.payload["chunk_id"]: sp.payload for sp in self.store.retrieve([c.points[k] for k in top])}
@@ -214,7 +213,7 @@ class SearchPipeline:
 
     def _rescore(
         self,
-        candidates: list[_Candidates],
+        candidates: list[Candidates],
         params: Sequence[SearchParams],
         vectors: Mapping[int, Matrix],
         sparse: Mapping[int, SparseVector],
@@ -226,7 +225,7 @@ class SearchPipeline:
         """
         requests: list[tuple[int, VectorName, VectorQuery]] = []
         for i, (c, p) in enumerate(zip(candidates, params, strict=True)):
-            union = sorted(set(c.lists.get(DENSE, {})) | set(c.lists.get(SPARSE, {})))
+            union = c.union
             if p.mode is not Mode.HYBRID or p.fusion is not FusionMethod.WEIGHTED or len(c.lists) < 2 or not union:
                 continue
             where = Clause(must=(HasId(tuple(c.points[k] for k in union)),))
@@ -237,7 +236,7 @@ class SearchPipeline:
         for (i, using, _), points in zip(requests, self.store.query([r for _, _, r in requests]), strict=True):
             c = candidates[i]
             scores = {sp.payload["chunk_id"]: sp.score for sp in points}
-            c.rescored[using] = {k: scores.get(k, 0.0) for k in set(c.lists[DENSE]) | set(c.lists[SPARSE])}
+            c.rescored[using] = {k: scores.get(k, 0.0) for k in c.union}
 
 
 def _rerank(
@@ -255,39 +254,7 @@ def _rerank(
     return sorted(top, key=lambda k: (-scores[k], k))
 
 
-def _collect(points: list[ScoredPoint], c: _Candidates, limit: int) -> dict[str, float]:
-    """The top `limit` by (score, chunk id): the engine's own order among ties at the cut is not ours."""
-    scores: dict[str, float] = {}
-    for sp in sorted(points, key=lambda sp: (-sp.score, sp.payload["chunk_id"]))[:limit]:
-        chunk_id = sp.payload["chunk_id"]
-        scores[chunk_id] = sp.score
-        c.points[chunk_id] = sp.id
-        c.generations[chunk_id] = (sp.payload["doc_id"], int(sp.payload["gen"]))
-    return scores
-
-
-def _drop_stale_generations(c: _Candidates) -> None:
-    """Keep only the newest generation of each document seen (a re-ingest may be half-way through)."""
-    newest: dict[str, int] = {}
-    for doc_id, gen in c.generations.values():
-        newest[doc_id] = max(gen, newest.get(doc_id, gen))
-    stale = {k for k, (doc_id, gen) in c.generations.items() if gen < newest[doc_id]}
-    if stale:
-        c.lists = {using: {k: v for k, v in scores.items() if k not in stale} for using, scores in c.lists.items()}
-
-
-def _first_per_document(order: list[str], c: _Candidates) -> list[str]:
-    seen: set[str] = set()
-    out = []
-    for key in order:
-        doc_id = c.generations[key][0]
-        if doc_id not in seen:
-            seen.add(doc_id)
-            out.append(key)
-    return out
-
-
-def _fuse(c: _Candidates, p: SearchParams) -> tuple[dict[str, dict[str, StageScore]], list[str]]:
+def _fuse(c: Candidates, p: SearchParams) -> tuple[dict[str, dict[str, StageScore]], list[str]]:
     """Per-chunk stage scores and the fused order (chunk ids, best first)."""
     names = {DENSE: "dense", SPARSE: "keyword"}
     stages: dict[str, dict[str, StageScore]] = {}

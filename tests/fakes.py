@@ -76,8 +76,8 @@ class FlakyStore:
     def retrieve(self, ids: Sequence[str]) -> list[ScoredPoint]:
         return self.inner.retrieve(ids)
 
-    def scroll(self, where: Clause, limit: int) -> list[ScoredPoint]:
-        return self.inner.scroll(where, limit)
+    def scroll(self, where: Clause, limit: int, fields: Sequence[str] | None = None) -> list[ScoredPoint]:
+        return self.inner.scroll(where, limit, fields)
 
     def count(self, where: Clause) -> int:
         return self.inner.count(where)

@@ -90,8 +90,8 @@ class VectorStore(Protocol):
     def retrieve(self, ids: Sequence[str]) -> list[ScoredPoint]:
         """Full payloads of the given points (score 0), in no particular order; missing ids are skipped."""
 
-    def scroll(self, where: Clause, limit: int) -> list[ScoredPoint]:
-        """Up to `limit` points matching `where` with full payloads (score 0)."""
+    def scroll(self, where: Clause, limit: int, fields: Sequence[str] | None = None) -> list[ScoredPoint]:
+        """Up to `limit` points matching `where` (score 0), with only `fields` of the payload if given."""
 
     def count(self, where: Clause) -> int:
         """Exact number of points matching `where`."""

@@ -127,9 +127,10 @@ class EdgeStore:
         records = self._open.retrieve(list(ids), with_payload=True, with_vector=False)
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records]
 
-    def scroll(self, where: Clause, limit: int) -> list[ScoredPoint]:
+    def scroll(self, where: Clause, limit: int, fields: Sequence[str] | None = None) -> list[ScoredPoint]:
+        payload = qe.PayloadSelector.Include(list(fields)) if fields else True
         records, _ = self._open.scroll(
-            qe.ScrollRequest(limit=limit, filter=translate(where, _DIALECT), with_payload=True)
+            qe.ScrollRequest(limit=limit, filter=translate(where, _DIALECT), with_payload=payload)
         )
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records]
 

@@ -107,9 +107,12 @@ class QdrantStore:
         records = self.client.retrieve(self.collection, list(ids), with_payload=True, with_vectors=False)
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records]
 
-    def scroll(self, where: Clause, limit: int) -> list[ScoredPoint]:
+    def scroll(self, where: Clause, limit: int, fields: Sequence[str] | None = None) -> list[ScoredPoint]:
         records, _ = self.client.scroll(
-            self.collection, scroll_filter=translate(where, _DIALECT), limit=limit, with_payload=True
+            self.collection,
+            scroll_filter=translate(where, _DIALECT),
+            limit=limit,
+            with_payload=list(fields or []) or True,
         )
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records]
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -9,11 +9,11 @@ import pytest
 from service.chunking import Chunker, ChunkerConfig
 from service.domain import Document
 from service.errors import IndexMismatch, InvalidRequest, NotFound, PayloadTooLarge
-from service.filters import Clause, Match
+from service.filters import Clause, of_kind
 from service.index import Index, IndexLimits
 from service.pipeline import SearchParams, SearchPipeline
 from service.sparse import Bm25Params
-from service.stores.base import VectorStore
+from service.stores.base import StorePoint, VectorStore
 from service.stores.edge import EdgeStore
 from service.tokenizer import TokenizerConfig
 from tests.fakes import FakeEmbedder, FlakyStore
@@ -93,33 +93,67 @@ def test_unchanged_documents_are_not_re_embedded(store: EdgeStore) -> None:
 
 
 class PausingStore(FlakyStore):
-    """Runs `during` just before the first delete, i.e. after the new generation is written."""
+    """Runs `before_upsert[n]` just before the n-th upsert (1-based) and `before_delete` before the next delete."""
 
     def __init__(self, inner: VectorStore) -> None:
         super().__init__(inner, fail_on_upsert=-1)
-        self.during: Callable[[], None] | None = None
+        self.before_upsert: dict[int, Callable[[], None]] = {}
+        self.before_delete: Callable[[], None] | None = None
+
+    def upsert(self, points: Sequence[StorePoint]) -> None:
+        hook = self.before_upsert.pop(self.upserts + 1, None)
+        if hook:
+            hook()
+        super().upsert(points)
 
     def delete(self, where: Clause) -> None:
-        if self.during is not None:
-            during, self.during = self.during, None
-            during()
+        if self.before_delete is not None:
+            hook, self.before_delete = self.before_delete, None
+            hook()
         super().delete(where)
 
 
-def test_readers_never_see_a_mix_of_old_and_new_chunks(store: EdgeStore) -> None:
-    seen: list[tuple[list[str], int]] = []
+QUERY = "length rotation characters key"
+
+
+def test_readers_see_the_old_version_until_the_commit_and_the_new_one_after(store: EdgeStore) -> None:
     paused = PausingStore(store)
     index = make_index(paused)
     index.ingest([V1])
-    paused.during = lambda: seen.append(
-        (search_texts(index, "length rotation characters key"), store.count(Clause(must=(Match("kind", "chunk"),))))
-    )
+    old = search_texts(index, QUERY)
+    seen: dict[str, tuple[list[str], int]] = {}
+
+    def look(moment: str) -> Callable[[], None]:
+        return lambda: seen.__setitem__(moment, (search_texts(index, QUERY), store.count(of_kind("chunk"))))
+
+    paused.upserts = 0
+    paused.before_upsert[2] = look("chunks written, not committed")  # upsert 1: chunks; upsert 2: the records
+    paused.before_delete = look("committed, old not yet deleted")
     index.ingest([V2])
-    [(half_way, in_engine)] = seen
-    # both generations were in the engine at that moment, yet the response held only the new one
-    assert in_engine == 2 + 3
-    assert half_way
-    assert set(half_way) <= set(texts(index, "policy/pw"))
+    new = search_texts(index, QUERY)
+    assert seen["chunks written, not committed"] == (old, 2 + 3)  # both generations in the engine
+    assert seen["committed, old not yet deleted"] == (new, 2 + 3)
+    assert set(new) == set(texts(index, "policy/pw"))
+    assert set(new) != set(old)
+
+
+class FailingDelete(FlakyStore):
+    def delete(self, where: Clause) -> None:  # noqa: ARG002
+        raise OSError("fake: the delete after the commit failed")
+
+
+def test_leftovers_of_a_failed_cleanup_stay_invisible_and_are_removed_later(store: EdgeStore) -> None:
+    index = make_index(store)
+    index.ingest([V1])
+    old = search_texts(index, QUERY)
+    broken = make_index(FailingDelete(store, fail_on_upsert=-1))
+    assert broken.ingest([V2]).chunks == 3  # committed, so acknowledged despite the failed cleanup
+    assert store.count(of_kind("chunk")) == 2 + 3
+    after = search_texts(index, "zebra twelve ninety length rotation")
+    assert after
+    assert not set(after) & set(old)
+    index.ingest([V2])  # unchanged, but its leftovers go
+    assert store.count(of_kind("chunk")) == 3
 
 
 def test_a_failed_write_leaves_the_index_as_it_was(store: EdgeStore, handbook_docs: list[Document]) -> None:
