@@ -8,6 +8,7 @@ the tree into its client's types (see `service.stores`).
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -162,8 +163,8 @@ def build_filter(spec: FilterSpec, *, fresh_only: bool, now: dt.datetime) -> Cla
 def _metadata_condition(cond: MetadataCondition) -> Condition:
     key = f"metadata.{cond.key}"
     if cond.equals:
-        if len(cond.equals) == 1 and not isinstance(cond.equals[0], float):
-            return Match(key, cond.equals[0])
+        if len(cond.equals) == 1:
+            return _equals(key, cond.equals[0])
         if all(isinstance(v, str) for v in cond.equals):
             return MatchAny(key, tuple(str(v) for v in cond.equals))
         return Clause(should=tuple(_equals(key, v) for v in cond.equals))
@@ -174,8 +175,9 @@ def _metadata_condition(cond: MetadataCondition) -> Condition:
 
 
 def _equals(key: str, value: Scalar) -> Condition:
-    if isinstance(value, float):
-        return NumberRange(key, gte=value, lte=value)
+    """Numbers compare as numbers (3 finds a stored 3.0); strings and booleans match exactly."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return NumberRange(key, gte=float(value), lte=float(value))
     return Match(key, value)
 
 
@@ -204,9 +206,18 @@ def parse_metadata_filters(raw: Mapping[str, object]) -> tuple[MetadataCondition
 
 
 def _scalar(key: str, value: object) -> Scalar:
+    if isinstance(value, int | float) and not isinstance(value, bool) and not _storable(value):
+        raise InvalidRequest(f"metadata filter {key!r}: {value} is not a finite number the index can hold")
     if isinstance(value, str | int | float | bool):
         return value
     raise InvalidRequest(f"metadata filter {key!r}: values must be strings, numbers or booleans")
+
+
+def _storable(value: float) -> bool:
+    """An integer within 64 bits, or a finite float: what the engine's payload and ranges can hold."""
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**63
+    return math.isfinite(value)
 
 
 def _bound(key: str, op: str, value: object) -> float | dt.datetime:
@@ -214,6 +225,8 @@ def _bound(key: str, op: str, value: object) -> float | dt.datetime:
         raise InvalidRequest(f"metadata filter {key!r}.{op}: give a number or an ISO 8601 datetime")
     if isinstance(value, str):
         return parse_datetime(value, f"metadata filter {key!r}.{op}")
+    if not _storable(value):
+        raise InvalidRequest(f"metadata filter {key!r}.{op}: {value} is not a finite number in range")
     return float(value)
 
 
@@ -227,4 +240,7 @@ def parse_datetime(value: str, where: str) -> dt.datetime:
         if len(value) == 10:
             return parsed.replace(tzinfo=dt.UTC)
         raise InvalidRequest(f"{where}: {value!r} has no timezone; add Z or an offset such as +01:00")
-    return parsed.astimezone(dt.UTC)
+    try:
+        return parsed.astimezone(dt.UTC)
+    except OverflowError:
+        raise InvalidRequest(f"{where}: {value!r} is out of range once converted to UTC") from None

@@ -6,11 +6,52 @@ not a silently ignored filter.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import datetime as dt
+import math
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 from service.domain import DocFormat, DocStatus, FusionMethod, Hit, Mode, StageScore
+
+INT64 = 2**63
+
+
+def _valid_text(value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("contains invalid Unicode (a lone surrogate): send UTF-8 text") from None
+    return value
+
+
+def _utc(value: dt.datetime) -> dt.datetime:
+    try:
+        return value.astimezone(dt.UTC)
+    except OverflowError:
+        raise ValueError("is out of range once converted to UTC (years 1 to 9999)") from None
+
+
+def _json_value(value: Any, where: str = "metadata") -> Any:
+    """Metadata values as the engine can store them: finite numbers, 64-bit integers, valid text."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int) and not -INT64 <= value < INT64:
+        raise ValueError(f"{where}: an integer of {len(str(abs(value)))} digits does not fit in 64 bits")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where}: {value} is not a finite number")
+    if isinstance(value, str):
+        return _valid_text(value)
+    if isinstance(value, list):
+        return [_json_value(v, where) for v in value]
+    if isinstance(value, dict):
+        return {_valid_text(str(k)): _json_value(v, f"{where}.{k}") for k, v in value.items()}
+    return value
+
+
+Text = Annotated[str, AfterValidator(_valid_text)]
+UtcDatetime = Annotated[AwareDatetime, AfterValidator(_utc)]
+Metadata = Annotated[dict[str, Any], AfterValidator(_json_value)]
 
 
 class _Strict(BaseModel):
@@ -18,17 +59,17 @@ class _Strict(BaseModel):
 
 
 class DocumentIn(_Strict):
-    id: str = Field(min_length=1, max_length=512, description="stable, caller-given id")
-    title: str = Field("", max_length=1000, description="defaults to the first '# heading' or the id")
-    text: str = Field(min_length=1)
+    id: Text = Field(min_length=1, max_length=512, description="stable, caller-given id")
+    title: Text = Field("", max_length=1000, description="defaults to the first '# heading' or the id")
+    text: Text = Field(min_length=1)
     format: DocFormat = DocFormat.MARKDOWN
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    tags: list[str] = Field(default_factory=list, max_length=100)
-    tenant: str | None = Field(None, max_length=200)
+    metadata: Metadata = Field(default_factory=dict)
+    tags: list[Text] = Field(default_factory=list, max_length=100)
+    tenant: Text | None = Field(None, max_length=200)
     status: DocStatus = DocStatus.CURRENT
-    updated_at: AwareDatetime | None = None
-    valid_until: AwareDatetime | None = None
-    supersedes: str | None = Field(None, max_length=512)
+    updated_at: UtcDatetime | None = None
+    valid_until: UtcDatetime | None = None
+    supersedes: Text | None = Field(None, max_length=512)
 
 
 class IngestRequest(_Strict):
@@ -71,13 +112,13 @@ class DeleteResponse(BaseModel):
 
 
 class FiltersIn(_Strict):
-    tenant: str | None = None
-    tags: list[str] = Field(default_factory=list, description="any of these tags")
-    doc_ids: list[str] = Field(default_factory=list)
+    tenant: Text | None = None
+    tags: list[Text] = Field(default_factory=list, description="any of these tags")
+    doc_ids: list[Text] = Field(default_factory=list)
     status: list[DocStatus] = Field(default_factory=list)
-    updated_after: AwareDatetime | None = None
-    updated_before: AwareDatetime | None = None
-    metadata: dict[str, Any] = Field(
+    updated_after: UtcDatetime | None = None
+    updated_before: UtcDatetime | None = None
+    metadata: Metadata = Field(
         default_factory=dict, description='{"key": value}, {"key": [v1, v2]} or {"key": {"gte": 1, "lt": 5}}'
     )
 
@@ -97,7 +138,7 @@ class SearchOptions(_Strict):
 
 
 class SearchRequest(SearchOptions):
-    query: str
+    query: Text
     k: int | None = None
     explain: bool = False
     distinct_docs: bool = Field(False, description="at most one hit per document (its best chunk)")

@@ -7,7 +7,6 @@ import pytest
 from service.domain import DocStatus
 from service.errors import InvalidRequest
 from service.filters import (
-    Clause,
     DateRange,
     FilterSpec,
     Match,
@@ -69,7 +68,10 @@ def test_metadata_forms() -> None:
     assert (nums.gt, nums.lte) == (1.0, 9.0)
     assert dates.gte == dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     must = build_filter(FilterSpec(metadata=(floats,)), fresh_only=False, now=NOW).must
-    assert must[-1] == Clause(should=(NumberRange("metadata.score", gte=0.5, lte=0.5),))
+    assert must[-1] == NumberRange("metadata.score", gte=0.5, lte=0.5)
+    # numbers compare as numbers: an integer filter must find a value stored as 3.0
+    [three] = build_filter(FilterSpec(metadata=parse_metadata_filters({"n": 3})), fresh_only=False, now=NOW).must
+    assert three == NumberRange("metadata.n", gte=3.0, lte=3.0)
 
 
 @pytest.mark.parametrize(
@@ -82,6 +84,10 @@ def test_metadata_forms() -> None:
         ({"k": {"gte": 1, "lt": "2026-01-01T00:00:00Z"}}, "mix"),
         ({"k": {"nested": "object"}}, "unknown range operator"),
         ({"k": [{"a": 1}]}, "strings, numbers or booleans"),
+        ({"k": 10**30}, "finite number"),
+        ({"k": {"gte": 10**400}}, "finite number in range"),
+        ({"k": float("nan")}, "finite number"),
+        ({"k": {"lt": "0001-01-01T00:30:00+01:00"}}, "out of range"),
     ],
 )
 def test_bad_metadata_filters_say_what_to_fix(raw: dict, message: str) -> None:

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import json
+
+import pytest
 from fastapi.testclient import TestClient
 
 DOC = {
@@ -82,3 +85,21 @@ def test_oversized_batches_and_bodies(client: TestClient) -> None:
 def test_malformed_json_is_a_4xx(client: TestClient) -> None:
     r = client.post("/documents", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 422
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"valid_until": "0001-01-01T00:30:00+01:00"}, "documents[0].valid_until"),
+        ({"updated_at": "9999-12-31T23:30:00-01:00"}, "out of range"),
+        ({"metadata": {"n": 10**30}}, "does not fit in 64 bits"),
+        ({"metadata": {"x": {"y": [1, float("inf")]}}}, "not a finite number"),
+        ({"text": "bad \ud800 text"}, "documents[0].text"),  # a lone surrogate: not text
+    ],
+)
+def test_values_the_engine_cannot_hold_are_4xx(client: TestClient, change: dict, message: str) -> None:
+    body = json.dumps({"documents": [{**DOC, **change}]})  # json.dumps writes Infinity, as some clients do
+    r = client.post("/documents", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert message in r.json()["detail"]
+    assert client.get("/documents/billing/refunds").status_code == 404

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -99,9 +101,13 @@ def test_rerank_request_without_model_is_reported(loaded: TestClient) -> None:
         ({"query": "x", "filters": {"metadata": {"a b": 1}}}, "metadata filter key"),
         ({"k": 3}, "query: Field required"),
         ({"query": "x", "limit": 3}, "limit: unknown field"),
+        ({"query": "x", "filters": {"metadata": {"n": {"gte": 10**400}}}}, "401 digits does not fit in 64 bits"),
+        ({"query": "x", "filters": {"metadata": {"n": 10**30}}}, "does not fit in 64 bits"),
+        ({"query": "x\ud800"}, "query: "),  # a lone surrogate: not text
+        ({"query": "x", "filters": {"updated_after": "0001-01-01T00:30:00+01:00"}}, "out of range"),
     ],
 )
 def test_bad_requests_get_4xx_with_what_to_fix(loaded: TestClient, body: dict, message: str) -> None:
-    r = loaded.post("/search", json=body)
+    r = loaded.post("/search", content=json.dumps(body), headers={"content-type": "application/json"})
     assert r.status_code == 422, r.text
     assert message in r.json()["detail"]
