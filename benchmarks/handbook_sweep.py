@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from eval.report import mean_metrics
 from eval.runner import run_set
 from eval.storage import load_set
+from service.api.convert import parse_filters
 from service.chunking import Chunker, ChunkerConfig
 from service.domain import FusionMethod, Mode
 from service.embedding import SentenceTransformerEmbedder
@@ -58,7 +59,12 @@ def main() -> None:
             index.ingest(docs)
             pipeline = SearchPipeline(store, embedder, index.encoder, None)
             for label, params in CONFIGS if size == 1000 else CONFIGS[-2:-1]:
-                run = run_set(cases, PipelineRetriever(pipeline, replace(params, k=10)), set_name=name, ks=(1, 5, 10))
+                run = run_set(
+                    cases,
+                    PipelineRetriever(pipeline, replace(params, k=10), parse_filters),
+                    set_name=name,
+                    ks=(1, 5, 10),
+                )
                 m = mean_metrics(run.cases)
                 print(
                     f"| {size} ({index.count('chunk')} chunks) | {label} | {m['hit@1']:.3f} | {m['hit@5']:.3f} | "

@@ -29,6 +29,7 @@ from eval.cases import Case, Label
 from eval.report import mean_metrics
 from eval.runner import run_set
 from eval.trec import cases_from_qrels, read_qrels, read_queries
+from service.api.convert import parse_filters
 from service.chunking import Chunker, ChunkerConfig
 from service.domain import FusionMethod, Mode
 from service.embedding import Embedder, SentenceTransformerEmbedder
@@ -67,7 +68,7 @@ def build(name: str, corpus: Path, chunking: ChunkerConfig, embedder: Embedder, 
 def score(
     pipeline: SearchPipeline, cases: Sequence[Case], params: SearchParams, ks: Sequence[int], unit: str
 ) -> dict[str, float]:
-    run = run_set(cases, PipelineRetriever(pipeline, params), set_name="bench", ks=ks, unit=unit)  # type: ignore[arg-type]
+    run = run_set(cases, PipelineRetriever(pipeline, params, parse_filters), set_name="bench", ks=ks, unit=unit)  # type: ignore[arg-type]
     return mean_metrics(run.cases)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,8 +168,11 @@ def case_from_json(obj: object) -> Case:
     )
 
 
-def parse_jsonl(text: str, name: str = "<set>") -> list[Case]:
-    """All cases of a JSON Lines text, or one EvalError listing every bad line (`name:line: problem`)."""
+def parse_jsonl(text: str, name: str = "<set>", check: Callable[[Case], object] | None = None) -> list[Case]:
+    """All cases of a JSON Lines text, or one EvalError listing every bad line (`name:line: problem`).
+
+    `check` may reject a case that is well-formed here but unusable by the retriever (e.g. filters the
+    service does not know) by raising ValueError; it is reported on that case's line."""
     cases: list[Case] = []
     errors: list[str] = []
     seen: dict[str, int] = {}
@@ -180,10 +183,12 @@ def parse_jsonl(text: str, name: str = "<set>") -> list[Case]:
             continue
         try:
             case = case_from_json(json.loads(line))
+            if check is not None:
+                check(case)
         except json.JSONDecodeError as exc:
             errors.append(f"{name}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})")
             continue
-        except EvalError as exc:
+        except ValueError as exc:  # EvalError, or the check's
             errors.append(f"{name}:{lineno}: {exc}")
             continue
         if case.id in seen:

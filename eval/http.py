@@ -44,7 +44,10 @@ class HttpRetriever:
         return [self._one(q) for q in queries]
 
     def _one(self, q: Query) -> list[Retrieved]:
-        filters = {**self.overrides.get("filters", {}), **q.filters}
+        base = self.overrides.get("filters", {})
+        filters = {**base, **q.filters}
+        if "metadata" in base and "metadata" in q.filters:  # both apply, as in FilterSpec.merged
+            filters["metadata"] = {**base["metadata"], **q.filters["metadata"]}
         body = {**self.overrides, "query": q.text, "k": q.k, "filters": filters}
         if q.unit == "doc":
             body["distinct_docs"] = True

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from eval import metrics
 from eval.cases import Case, Label, fingerprint
 from eval.errors import EvalError
-from eval.matching import Retrieved, Unit, judge
+from eval.matching import Retrieved, Unit, collapse_to_documents, judge
 
 MAX_K = 1000
 
@@ -50,7 +50,7 @@ class FunctionRetriever:
         self._fn = fn
 
     def retrieve(self, queries: Sequence[Query]) -> list[list[Retrieved]]:
-        return [list(self._fn(q))[: q.k] for q in queries]
+        return [_cut(list(self._fn(q)), q.k, q.unit) for q in queries]
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,7 @@ class Run:
     ks: tuple[int, ...]
     params: Mapping[str, Any]
     cases: tuple[CaseResult, ...]
+    gate: Mapping[str, Any] | None = None  # the verdict against a baseline, when the run was gated
 
 
 def run_set(
@@ -108,7 +109,7 @@ def run_set(
         ranked = retriever.retrieve([Query(c.question, depth, c.filters, unit) for c in batch])
         if len(ranked) != len(batch):
             raise EvalError(f"the retriever answered {len(ranked)} of {len(batch)} queries")
-        results.extend(score_case(c, r[:depth], ks, unit) for c, r in zip(batch, ranked, strict=True))
+        results.extend(score_case(c, _cut(r, depth, unit), ks, unit) for c, r in zip(batch, ranked, strict=True))
     return Run(
         run_id=new_run_id(),
         set_name=set_name,
@@ -136,6 +137,11 @@ def score_case(case: Case, ranked: Sequence[Retrieved], ks: Sequence[int], unit:
         missed=missed,
         retrieved=tuple(ranked),
     )
+
+
+def _cut(ranked: Sequence[Retrieved], depth: int, unit: Unit) -> list[Retrieved]:
+    """The first `depth` results; with unit "doc", the first `depth` documents (collapsed first)."""
+    return (collapse_to_documents(ranked) if unit == "doc" else list(ranked))[:depth]
 
 
 def new_run_id() -> str:

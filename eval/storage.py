@@ -7,10 +7,11 @@ control); the service writes its own under its data directory and looks there fi
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from eval.errors import EvalError, UnknownName
 from eval.matching import Retrieved
 from eval.runner import CaseResult, Run
 
+log = logging.getLogger("plumbline")
 PACKAGE_DIR = Path(__file__).parent
 # Run records keep the ranking in full but text only as a snippet of the first results: enough to
 # read a failure, small enough to keep thousands of runs.
@@ -69,9 +71,9 @@ class SetStore:
     def get(self, name: str) -> list[Case]:
         return load_cases(self.path(name))
 
-    def put(self, name: str, text: str) -> list[Case]:
+    def put(self, name: str, text: str, check: Callable[[Case], object] | None = None) -> list[Case]:
         """Validate then replace; a malformed upload raises with its line numbers and changes nothing."""
-        cases = parse_jsonl(text, check_name(name, "set"))
+        cases = parse_jsonl(text, check_name(name, "set"), check)
         write_atomic(self.directory / f"{name}.jsonl", dump_jsonl(cases))
         return cases
 
@@ -100,27 +102,27 @@ class RunStore:
         return load_run(path)
 
     def list(self) -> list[Run]:
-        if not self.runs_dir.is_dir():
-            return []
-        return sorted((load_run(p) for p in self.runs_dir.glob("*.json")), key=lambda r: r.run_id, reverse=True)
+        """Every readable run, newest first; an unreadable file is logged and skipped, never fatal."""
+        runs = []
+        for path in self.runs_dir.glob("*.json") if self.runs_dir.is_dir() else ():
+            try:
+                runs.append(load_run(path))
+            except (EvalError, OSError, ValueError) as exc:
+                log.warning("skipping unreadable run file %s: %s", path, exc)
+        return sorted(runs, key=lambda r: r.run_id, reverse=True)
 
     def promote(self, run_id: str, name: str) -> Path:
         path = self.baselines_dir / f"{check_name(name, 'baseline')}.json"
         write_atomic(path, dump_run(self.get(run_id)))
         return path
 
-    def baseline(self, name_or_path: str) -> Run:
-        """A baseline by name (data dir, then packaged), or by path to a run file."""
-        as_path = Path(name_or_path)
-        if as_path.suffix == ".json":
-            if not as_path.is_file():
-                raise UnknownName(f"no baseline file {as_path}")
-            return load_run(as_path)
-        check_name(name_or_path, "baseline")
+    def baseline(self, name: str) -> Run:
+        """A baseline by name: the data dir's, then the packaged ones. Never a path (an API caller names it)."""
+        check_name(name, "baseline")
         for folder in (self.baselines_dir, self.fallback_baselines):
-            if folder is not None and (folder / f"{name_or_path}.json").is_file():
-                return load_run(folder / f"{name_or_path}.json")
-        raise UnknownName(f"no baseline named {name_or_path!r}")
+            if folder is not None and (folder / f"{name}.json").is_file():
+                return load_run(folder / f"{name}.json")
+        raise UnknownName(f"no baseline named {name!r}")
 
 
 def run_to_json(run: Run) -> dict[str, Any]:
@@ -132,6 +134,7 @@ def run_to_json(run: Run) -> dict[str, Any]:
         "unit": run.unit,
         "k": list(run.ks),
         "params": dict(run.params),
+        "gate": dict(run.gate) if run.gate is not None else None,
         "cases": [
             {
                 "id": c.case_id,
@@ -167,6 +170,7 @@ def run_from_json(obj: dict[str, Any]) -> Run:
             unit=obj["unit"],
             ks=tuple(obj["k"]),
             params=obj.get("params", {}),
+            gate=obj.get("gate"),
             cases=tuple(
                 CaseResult(
                     case_id=c["id"],
@@ -206,6 +210,13 @@ def load_set(path_or_name: str, store: SetStore | None = None) -> tuple[str, Seq
     return path_or_name, store.get(path_or_name)
 
 
-def load_baseline(path_or_name: str) -> Run:
-    """A baseline by path to a run file, or by name among the packaged baselines."""
-    return RunStore(PACKAGE_DIR / "runs", PACKAGE_DIR / "baselines", fallback_baselines=None).baseline(path_or_name)
+def load_baseline(path_or_name: str, store: RunStore | None = None) -> Run:
+    """For the CLI: a baseline by path to a run file, or by name (through `store`, default the packaged)."""
+    path = Path(path_or_name)
+    if path.suffix == ".json":
+        if not path.is_file():
+            raise UnknownName(f"no baseline file {path}")
+        return load_run(path)
+    return (store or RunStore(PACKAGE_DIR / "runs", PACKAGE_DIR / "baselines", fallback_baselines=None)).baseline(
+        path_or_name
+    )

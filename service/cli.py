@@ -4,8 +4,8 @@
     plumbline ingest PATH [--url U | --data-dir D]
     plumbline eval run [--url U | --data-dir D] --set S [--k 1 5 10] [--unit doc|chunk] [--baseline B] [--json]
 
-`eval run` exits 0 when the gate passes (or no baseline was given), 1 on a regression, 2 on bad input:
-what a CI job needs.
+`eval run` exits 0 when the gate passes (or no baseline was given), 1 on a regression, 2 on bad input,
+3 on an unexpected error: what a CI job needs.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from eval.runner import Retriever, Run, run_set
 from eval.storage import SetStore, dump_run, load_baseline, load_set, write_atomic
 from service.errors import PlumblineError
 
-EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_ERROR = 0, 1, 2, 3
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -38,9 +38,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result: int = args.func(args)
         return result
-    except (EvalError, PlumblineError, OSError) as exc:
+    except (EvalError, PlumblineError, OSError, ValueError) as exc:  # ValueError: pydantic, decoding
         print(f"plumbline: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except Exception:  # never 1: CI reads 1 as a regression
+        logging.getLogger("plumbline").exception("unexpected error")
+        return EXIT_ERROR
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -197,7 +200,7 @@ def _eval_run(args: argparse.Namespace) -> int:
 def _eval_in_process(args: argparse.Namespace, overrides: dict[str, Any]) -> tuple[Run, Run | None]:
     from pydantic import ValidationError
 
-    from service.api.convert import describe, to_params
+    from service.api.convert import parse_filters, run_params, to_params
     from service.api.schemas import SearchOptions
     from service.evaluation import PipelineRetriever
     from service.runtime import Runtime
@@ -210,16 +213,13 @@ def _eval_in_process(args: argparse.Namespace, overrides: dict[str, Any]) -> tup
     runtime = Runtime(settings, preload=tuple(args.ingest))
     sets = SetStore(settings.sets_dir)
     set_name, cases = load_set(args.set, sets)
-    baseline = runtime.evals.runs.baseline(args.baseline) if args.baseline else None
+    baseline = load_baseline(args.baseline, runtime.evals.runs) if args.baseline else None
     runtime.warm_up()
     try:
         pipeline = runtime.pipeline
         base = to_params(options, settings, reranker_configured=pipeline.reranker is not None)
-        record = describe(base, options)
-        del record["k"], record["explain"], record["distinct_docs"]
-        run = run_set(
-            cases, PipelineRetriever(pipeline, base), set_name=set_name, ks=args.k, unit=args.unit, params=record
-        )
+        retriever = PipelineRetriever(pipeline, base, parse_filters)
+        run = run_set(cases, retriever, set_name=set_name, ks=args.k, unit=args.unit, params=run_params(base, options))
         runtime.evals.runs.save(run)
     finally:
         runtime.close()

@@ -7,46 +7,37 @@ behind `/search`; overrides are the same fields a `/search` request takes.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from pydantic import ValidationError
 
 from eval.gate import GateConfig, GateResult, compare
 from eval.matching import Retrieved, Unit
+from eval.present import gate_json
 from eval.report import Report, build_report
 from eval.runner import Query, Run, run_set
 from eval.storage import RunStore, SetStore
-from service.api.convert import to_filters
-from service.api.schemas import FiltersIn
-from service.errors import InvalidRequest
 from service.filters import FilterSpec
 from service.pipeline import SearchParams, SearchPipeline
 
-
-def parse_case_filters(raw: Mapping[str, Any]) -> FilterSpec:
-    """A case's `filters` object, validated like a /search request's."""
-    try:
-        return to_filters(FiltersIn.model_validate(raw))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise InvalidRequest(f"case filters {dict(raw)} are invalid: {where}: {first['msg']}") from None
+FilterParser = Callable[[Mapping[str, Any]], FilterSpec]
 
 
 class PipelineRetriever:
-    """A `Retriever` over the in-process pipeline, with `base` as the run's search parameters.
+    """A `Retriever` over the in-process pipeline, with `base` as the run's search parameters and
+    `parse_filters` turning a case's `filters` object into a FilterSpec (the API's validator).
 
     Example:
-        >>> r = PipelineRetriever(pipeline, SearchParams(mode=Mode.KEYWORD))  # doctest: +SKIP
+        >>> r = PipelineRetriever(pipeline, SearchParams(mode=Mode.KEYWORD), parse_filters)  # doctest: +SKIP
     """
 
-    def __init__(self, pipeline: SearchPipeline, base: SearchParams) -> None:
+    def __init__(self, pipeline: SearchPipeline, base: SearchParams, parse_filters: FilterParser) -> None:
         self.pipeline = pipeline
         self.base = base
+        self.parse_filters = parse_filters
 
     def retrieve(self, queries: Sequence[Query]) -> list[list[Retrieved]]:
         params = [self._params(q) for q in queries]
@@ -60,7 +51,7 @@ class PipelineRetriever:
             self.base,
             k=q.k,
             candidates=min(limit, max(self.base.candidates, wanted)),
-            filters=self.base.filters.merged(parse_case_filters(q.filters)),
+            filters=self.base.filters.merged(self.parse_filters(q.filters)),
             distinct_docs=q.unit == "doc",
         )
 
@@ -75,9 +66,10 @@ class Evaluation:
 class EvalService:
     """Runs, stores and gates evaluations; remembers the latest per set for the Prometheus gauges."""
 
-    def __init__(self, sets: SetStore, runs: RunStore) -> None:
+    def __init__(self, sets: SetStore, runs: RunStore, parse_filters: FilterParser) -> None:
         self.sets = sets
         self.runs = runs
+        self.parse_filters = parse_filters
         self._latest: dict[str, Evaluation] | None = None  # restored from disk on first use
         self._lock = threading.Lock()
 
@@ -95,15 +87,20 @@ class EvalService:
     ) -> Evaluation:
         cases = self.sets.get(set_name)
         reference = self.runs.baseline(baseline) if baseline else None  # fail fast, before the run
-        run = run_set(
-            cases, PipelineRetriever(pipeline, base), set_name=set_name, ks=ks, unit=unit, params=params_record
-        )
+        retriever = PipelineRetriever(pipeline, base, self.parse_filters)
+        run = run_set(cases, retriever, set_name=set_name, ks=ks, unit=unit, params=params_record)
         gate = compare(run, reference, gate_config) if reference else None
+        if gate is not None:
+            run = replace(run, gate=gate_json(gate))  # kept with the run: the gauge survives a restart
         self.runs.save(run)
         evaluation = Evaluation(run, build_report(run), gate)
         with self._lock:
             self._restore()[set_name] = evaluation
         return evaluation
+
+    def put_set(self, name: str, text: str) -> int:
+        """Replace a labelled set; every case's filters must be ones /search accepts (else 422, by line)."""
+        return len(self.sets.put(name, text, check=lambda case: self.parse_filters(case.filters)))
 
     def latest(self) -> dict[str, Evaluation]:
         with self._lock:
@@ -143,8 +140,8 @@ class EvalGaugeCollector(Collector):
                 for name, value in group.metrics.items():
                     metric, _, k = name.partition("@")
                     score.add_metric([set_name, metric, k or "all", category], value)
-            if ev.gate is not None:
-                passed.add_metric([set_name], 1.0 if ev.gate.passed else 0.0)
+            if ev.run.gate is not None:
+                passed.add_metric([set_name], 1.0 if ev.run.gate["verdict"] == "pass" else 0.0)
             when.add_metric([set_name], _timestamp(ev.run.created_at))
         yield from (score, cases, passed, when)
 

@@ -88,11 +88,11 @@ def _file_document(file: Path, root: Path) -> Document:
             format=fmt,
             metadata=dict(meta.get("metadata") or {}),
             tags=tuple(str(t) for t in meta.get("tags") or ()),
-            tenant=meta.get("tenant"),
+            tenant=_optional_str(meta.get("tenant")),
             status=DocStatus(meta.get("status", "current")),
             updated_at=_when(meta.get("updated_at"), file, "updated_at"),
             valid_until=_when(meta.get("valid_until"), file, "valid_until"),
-            supersedes=meta.get("supersedes"),
+            supersedes=_optional_str(meta.get("supersedes")),
         )
     except ValueError as exc:
         raise InvalidRequest(f"{file}: {exc}") from None
@@ -110,6 +110,11 @@ def _front_matter(raw: str, file: Path) -> tuple[Mapping[str, Any], str]:
         raise InvalidRequest(f"{file}: front matter must be a mapping of document fields")
     body_start = raw.find("\n", end + 4)
     return meta, raw[body_start + 1 :] if body_start >= 0 else ""
+
+
+def _optional_str(value: object) -> str | None:
+    """YAML reads `tenant: 2024` as a number; ids and tenants are text."""
+    return None if value is None else str(value)
 
 
 def _when(value: object, file: Path, key: str) -> dt.datetime | None:

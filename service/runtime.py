@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eval.storage import RunStore, SetStore
+from service.api.convert import parse_filters
 from service.chunking import Chunker, ChunkerConfig
 from service.embedding import Embedder, SentenceTransformerEmbedder
 from service.errors import NotReady
@@ -89,7 +90,9 @@ class Runtime:
         self.metrics = metrics
         self.preload = preload
         self.error: str | None = None
-        self.evals = EvalService(SetStore(settings.sets_dir), RunStore(settings.runs_dir, settings.baselines_dir))
+        self.evals = EvalService(
+            SetStore(settings.sets_dir), RunStore(settings.runs_dir, settings.baselines_dir), parse_filters
+        )
         self._index: Index | None = None
         self._pipeline: SearchPipeline | None = None
         self._ready = threading.Event()

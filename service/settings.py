@@ -82,8 +82,12 @@ class Settings(BaseSettings):
             raise ValueError("chunk_overlap must be under half of chunk_size")
         if self.backend == "qdrant" and not self.qdrant_url:
             raise ValueError("backend 'qdrant' needs qdrant_url (PLUMBLINE_QDRANT_URL)")
-        if self.default_k > self.max_k or self.default_candidates > self.max_candidates:
-            raise ValueError("default_k and default_candidates must not exceed max_k and max_candidates")
+        if (
+            self.default_k > self.max_k
+            or self.default_candidates > self.max_candidates
+            or self.default_rerank_depth > self.max_rerank_depth
+        ):
+            raise ValueError("default_k, default_candidates and default_rerank_depth must not exceed their max_")
         return self
 
     @property

@@ -71,11 +71,17 @@ def create_app(
                 status_code=413,
             )
         else:
-            response = await call_next(request)
-        route = request.scope.get("route")
-        endpoint = getattr(route, "path", "unmatched")
-        metrics.observe_request(endpoint, request.method, response.status_code, time.perf_counter() - start)
+            try:
+                response = await call_next(request)
+            except Exception:  # an unhandled error becomes a 500: count it before it propagates
+                _observe(request, 500, start)
+                raise
+        _observe(request, response.status_code, start)
         return response
+
+    def _observe(request: Request, status: int, start: float) -> None:
+        endpoint = getattr(request.scope.get("route"), "path", "unmatched")
+        metrics.observe_request(endpoint, request.method, status, time.perf_counter() - start)
 
     return app
 

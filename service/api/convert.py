@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
+from pydantic import ValidationError
+
 from service.api.schemas import DocumentIn, FiltersIn, SearchOptions
 from service.domain import Document
+from service.errors import InvalidRequest
 from service.filters import FilterSpec, parse_metadata_filters
 from service.pipeline import SearchParams
 from service.settings import Settings
@@ -57,4 +61,22 @@ def describe(params: SearchParams, options: SearchOptions) -> dict[str, Any]:
     """Effective parameters as JSON (filters as the caller wrote them), for responses and run records."""
     out = asdict(params)
     out["filters"] = options.filters.model_dump(mode="json", exclude_defaults=True)
+    return out
+
+
+def parse_filters(raw: Mapping[str, Any]) -> FilterSpec:
+    """A labelled case's `filters` object, validated exactly like a /search request's `filters`."""
+    try:
+        return to_filters(FiltersIn.model_validate(raw))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InvalidRequest(f"filters {dict(raw)} are invalid: {where}: {first['msg']}") from None
+
+
+def run_params(params: SearchParams, options: SearchOptions) -> dict[str, Any]:
+    """The search parameters an eval run records (per-query fields left out)."""
+    out = describe(params, options)
+    for per_query in ("k", "explain", "distinct_docs"):
+        del out[per_query]
     return out

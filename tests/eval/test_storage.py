@@ -159,7 +159,10 @@ def test_run_json_round_trip() -> None:
 
 def test_run_json_format() -> None:
     obj = run_to_json(sample_run())
-    assert set(obj) == {"run_id", "set", "set_fingerprint", "created_at", "unit", "k", "params", "cases"}
+    assert set(obj) == {"run_id", "set", "set_fingerprint", "created_at", "unit", "k", "params", "gate", "cases"}
+    assert obj["gate"] is None  # an ungated run
+    gated = dataclasses.replace(sample_run(), gate={"verdict": "fail", "reasons": ["x"]})
+    assert run_from_json(run_to_json(gated)).gate == {"verdict": "fail", "reasons": ["x"]}
     assert obj["k"] == [1, 5, 10]
     first = obj["cases"][0]
     assert set(first) == {
@@ -207,8 +210,10 @@ def test_promote_and_baseline_by_name_or_path(tmp_path: Path) -> None:
     path = store.promote(run.run_id, "main")
     assert path == tmp_path / "baselines" / "main.json"
     assert store.baseline("main") == run
-    assert store.baseline(str(path)) == run
+    with pytest.raises(EvalError, match="baseline name"):  # the API names baselines; only the CLI reads paths
+        store.baseline(str(path))
     assert load_baseline(str(path)) == run
+    assert load_baseline("main", store) == run
     with pytest.raises(UnknownName, match="no baseline named 'other'"):
         store.baseline("other")
     with pytest.raises(UnknownName):

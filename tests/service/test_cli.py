@@ -94,6 +94,12 @@ def test_eval_bad_input_exits_2(
     assert message in capsys.readouterr().err
 
 
+def test_undecodable_files_are_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "latin1.md").write_bytes("# Café\n\nPrix: 5 €".encode("latin-1", errors="replace"))
+    assert main(["ingest", str(tmp_path), "--data-dir", str(tmp_path / "data")]) == EXIT_BAD_INPUT
+    assert "utf-8" in capsys.readouterr().err
+
+
 def test_argparse_errors_exit_2() -> None:
     with pytest.raises(SystemExit) as exc:
         main(["eval", "run"])  # --set is required

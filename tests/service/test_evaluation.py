@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from eval.errors import EvalError
 from eval.gate import GateConfig, compare
 from eval.runner import Query, run_set
 from eval.storage import RunStore, SetStore, load_baseline, load_set
-from service.api.convert import to_params
+from service.api.convert import parse_filters, to_params
 from service.api.schemas import SearchOptions
 from service.domain import Mode
 from service.errors import InvalidRequest
@@ -26,7 +27,7 @@ def pipeline(handbook_index: Index) -> SearchPipeline:
 
 
 def test_case_filters_and_doc_unit_reach_the_pipeline(pipeline: SearchPipeline) -> None:
-    retriever = PipelineRetriever(pipeline, SearchParams())
+    retriever = PipelineRetriever(pipeline, SearchParams(), parse_filters)
     [fjord, docs] = retriever.retrieve(
         [
             Query("expenses receipts", 5, {"tenant": "fjord"}),
@@ -35,7 +36,7 @@ def test_case_filters_and_doc_unit_reach_the_pipeline(pipeline: SearchPipeline) 
     )
     assert {r.doc_id for r in fjord} <= {"fjord/expenses", "fjord/holidays", "fjord/it-onboarding"}
     assert len({r.doc_id for r in docs}) == len(docs) == 6
-    with pytest.raises(InvalidRequest, match="case filters"):
+    with pytest.raises(InvalidRequest, match=r"filters .* are invalid: tenant"):
         retriever.retrieve([Query("x", 5, {"tenant": 3, "colour": "red"})])
 
 
@@ -47,12 +48,14 @@ def test_the_committed_baseline_passes_against_a_fresh_run(pipeline: SearchPipel
         {k: v for k, v in baseline.params.items() if k in SearchOptions.model_fields}
     )
     base = to_params(options, Settings(), reranker_configured=False)
-    run = run_set(cases, PipelineRetriever(pipeline, base), set_name=name, ks=baseline.ks, unit=baseline.unit)
+    run = run_set(
+        cases, PipelineRetriever(pipeline, base, parse_filters), set_name=name, ks=baseline.ks, unit=baseline.unit
+    )
     gate = compare(run, baseline, GateConfig())
     assert gate.passed, gate.reasons
     degraded = run_set(
         cases,
-        PipelineRetriever(pipeline, SearchParams(mode=Mode.DENSE, candidates=10)),
+        PipelineRetriever(pipeline, SearchParams(mode=Mode.DENSE, candidates=10), parse_filters),
         set_name=name,
         ks=baseline.ks,
         unit=baseline.unit,
@@ -61,7 +64,9 @@ def test_the_committed_baseline_passes_against_a_fresh_run(pipeline: SearchPipel
 
 
 def test_eval_service_stores_runs_and_exports_gauges(pipeline: SearchPipeline, tmp_path: Path) -> None:
-    service = EvalService(SetStore(tmp_path / "sets"), RunStore(tmp_path / "runs", tmp_path / "baselines"))
+    service = EvalService(
+        SetStore(tmp_path / "sets"), RunStore(tmp_path / "runs", tmp_path / "baselines"), parse_filters
+    )
     ev = service.evaluate(
         pipeline,
         SearchParams(mode=Mode.KEYWORD),
@@ -80,5 +85,52 @@ def test_eval_service_stores_runs_and_exports_gauges(pipeline: SearchPipeline, t
     assert f'plumbline_eval_metric{{category="all",k="10",metric="recall",set="handbook"}} {recall}' in text
     assert 'plumbline_eval_cases{category="hr",set="handbook"}' in text
     # a restarted service finds the latest run per set on disk
-    restarted = EvalService(SetStore(tmp_path / "sets"), RunStore(tmp_path / "runs", tmp_path / "baselines"))
+    restarted = EvalService(
+        SetStore(tmp_path / "sets"), RunStore(tmp_path / "runs", tmp_path / "baselines"), parse_filters
+    )
     assert restarted.latest()["handbook"].run.run_id == ev.run.run_id
+
+
+def test_gate_verdicts_survive_a_restart_and_bad_files_are_skipped(pipeline: SearchPipeline, tmp_path: Path) -> None:
+    runs = RunStore(tmp_path / "runs", tmp_path / "baselines")
+    service = EvalService(SetStore(tmp_path / "sets"), runs, parse_filters)
+    first = service.evaluate(
+        pipeline,
+        SearchParams(),
+        set_name="handbook",
+        ks=(10,),
+        unit="chunk",
+        params_record={},
+        baseline=None,
+        gate_config=GateConfig(),
+    )
+    runs.promote(first.run.run_id, "mine")
+    worse = service.evaluate(
+        pipeline,
+        SearchParams(mode=Mode.KEYWORD, candidates=10),
+        set_name="handbook",
+        ks=(10,),
+        unit="chunk",
+        params_record={},
+        baseline="mine",
+        gate_config=GateConfig(),
+    )
+    assert worse.gate is not None
+    assert not worse.gate.passed
+    (tmp_path / "runs" / "junk.json").write_text("{}")
+    restarted = EvalService(
+        SetStore(tmp_path / "sets"), RunStore(tmp_path / "runs", tmp_path / "baselines"), parse_filters
+    )
+    registry = CollectorRegistry()
+    registry.register(EvalGaugeCollector(restarted))
+    assert 'plumbline_eval_gate_passed{set="handbook"} 0.0' in generate_latest(registry).decode()
+
+
+def test_set_uploads_are_checked_against_the_search_filters(tmp_path: Path) -> None:
+    service = EvalService(SetStore(tmp_path / "sets"), RunStore(tmp_path / "runs", tmp_path / "b"), parse_filters)
+    good = '{"id": "a", "question": "q", "relevant": [{"doc_id": "d"}], "filters": {"tenant": "acme"}}'
+    bad = '{"id": "b", "question": "q", "relevant": [{"doc_id": "d"}], "filters": {"tennant": "acme"}}'
+    assert service.put_set("s", good + "\n") == 1
+    with pytest.raises(EvalError, match=r"s:2: filters .* tennant"):
+        service.put_set("s", good + "\n" + bad + "\n")
+    assert len(service.sets.get("s")) == 1

@@ -10,7 +10,7 @@ from eval.gate import GateConfig
 from eval.present import report_json
 from eval.report import build_report, mean_metrics
 from eval.trec import trec_run_lines
-from service.api.convert import describe, to_params
+from service.api.convert import run_params, to_params
 from service.api.deps import PipelineDep, RuntimeDep, SettingsDep
 from service.api.schemas import BaselineRequest, BaselineResponse, EvalRunRequest, RunSummary, SetSummary
 from service.errors import InvalidRequest
@@ -22,8 +22,7 @@ router = APIRouter(prefix="/eval", tags=["eval"])
 def run_eval(body: EvalRunRequest, runtime: RuntimeDep, pipeline: PipelineDep, settings: SettingsDep) -> dict[str, Any]:
     """Evaluate a set through the same pipeline as /search; with `baseline`, gate against it."""
     base = to_params(body.overrides, settings, reranker_configured=pipeline.reranker is not None)
-    record = describe(base, body.overrides)
-    del record["k"], record["explain"], record["distinct_docs"]
+    record = run_params(base, body.overrides)
     config = GateConfig(
         metrics=tuple(body.metrics),
         tolerance=body.tolerance if body.tolerance is not None else GateConfig().tolerance,
@@ -95,5 +94,4 @@ async def import_set(name: str, request: Request, runtime: RuntimeDep) -> SetSum
         text = (await request.body()).decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidRequest("the body is not UTF-8 text: send the set as JSON Lines") from None
-    cases = runtime.evals.sets.put(name, text)
-    return SetSummary(name=name, cases=len(cases))
+    return SetSummary(name=name, cases=runtime.evals.put_set(name, text))

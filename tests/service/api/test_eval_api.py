@@ -105,6 +105,7 @@ def test_set_export_and_rejected_upload_keeps_the_old_set(ready: TestClient) -> 
         ({"set": "mini", "unit": "page"}, 422, "unit"),
         ({"set": "mini", "overrides": {"mode": "fuzzy"}}, 422, "overrides.mode"),
         ({"set": "../etc/passwd"}, 422, "invalid"),
+        ({"set": "mini", "baseline": "/etc/some.json"}, 422, "baseline name"),  # names only: no file reads
     ],
 )
 def test_bad_eval_requests(ready: TestClient, body: dict, status: int, message: str) -> None:

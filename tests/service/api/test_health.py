@@ -63,3 +63,30 @@ def test_metrics_cover_endpoints_stages_and_index_size(client: TestClient) -> No
     assert 'plumbline_search_stage_duration_seconds_count{stage="embed"} 1.0' in text
     assert 'plumbline_index_points{kind="chunk"} 1.0' in text
     assert "plumbline_ready 1.0" in text
+
+
+class BrokenStore:
+    """A fake store whose every query fails: an internal error the API cannot turn into a 4xx."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def query(self, queries: object) -> object:  # noqa: ARG002
+        raise RuntimeError("fake engine failure")
+
+
+def test_internal_errors_are_counted_as_500(tmp_path: Path) -> None:
+    from service.runtime import build_store
+
+    app = create_app(
+        Settings(data_dir=tmp_path),
+        components=Components(embedder=lambda _: FakeEmbedder(), store=lambda s: BrokenStore(build_store(s))),  # type: ignore[arg-type,return-value]
+    )
+    with TestClient(app, raise_server_exceptions=False) as client:
+        assert app.state.runtime.wait(timeout=30)
+        assert client.post("/search", json={"query": "vpn"}).status_code == 500
+        text = client.get("/metrics").text
+    assert 'plumbline_http_requests_total{endpoint="/search",method="POST",status="500"} 1.0' in text
