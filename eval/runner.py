@@ -145,5 +145,6 @@ def _cut(ranked: Sequence[Retrieved], depth: int, unit: Unit) -> list[Retrieved]
 
 
 def new_run_id() -> str:
-    now = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
+    """Sortable by time to the microsecond (the newest run of a set is the one the gauges show)."""
+    now = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%f")
     return f"{now}-{uuid.uuid4().hex[:6]}"

@@ -20,8 +20,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
+from service import supersession
 from service.chunking import Chunker
-from service.domain import Chunk, Document
+from service.domain import Chunk, DocStatus, Document
 from service.embedding import Embedder
 from service.errors import IndexMismatch, InvalidRequest, NotFound, PayloadTooLarge
 from service.filters import Clause, Match, MatchAny, NumberRange, of_kind
@@ -63,9 +64,19 @@ class IngestResult:
 
 @dataclass(frozen=True)
 class StoredDocument:
+    """A document as indexed: the caller's fields, its chunks, and who supersedes it (if a current document does)."""
+
     document: Document
     chunks: tuple[Chunk, ...]
     generation: int
+    superseded_by: str | None = None
+
+
+@dataclass(frozen=True)
+class _Record:
+    gen: int
+    fingerprint: str
+    supersedes: str | None
 
 
 @dataclass(frozen=True)
@@ -114,8 +125,8 @@ class Index:
         with self._write_lock:
             known = self._records([d.id for d in docs])
             fingerprints = {d.id: self._fingerprint(d) for d in docs}
-            todo = [d for d in docs if d.id not in known or known[d.id][1] != fingerprints[d.id]]
-            self._remove_leftovers({d.id: known[d.id][0] for d in docs if d not in todo})
+            todo = [d for d in docs if d.id not in known or known[d.id].fingerprint != fingerprints[d.id]]
+            self._remove_leftovers({d.id: known[d.id].gen for d in docs if d not in todo})
             if not todo:
                 return IngestResult(len(docs), 0, len(docs))
             chunked = [(d, self.chunker.chunk(d)) for d in todo]
@@ -125,10 +136,10 @@ class Index:
             manifest = self.manifest or self._measured([c for _, cs in chunked for c in cs])
             encoder = Bm25Encoder(self.encoder.tokenizer, manifest.bm25)
             gen = self._next_generation()
-            points, records = self._encode(chunked, fingerprints, gen, encoder)
+            ids = tuple(d.id for d in todo)
+            points, records = self._encode(chunked, fingerprints, gen, encoder, self._superseders(todo))
             if self.manifest is None:
                 records.append(StorePoint(MANIFEST_ID, {"kind": "manifest", **asdict(manifest)}))
-            ids = tuple(d.id for d in todo)
             try:
                 for start in range(0, len(points), WRITE_BATCH):
                     self.store.upsert(points[start : start + WRITE_BATCH])
@@ -137,17 +148,29 @@ class Index:
                 self.store.delete(Clause(must=(MatchAny("doc_id", ids), Match("gen", gen))))
                 raise
             self.manifest, self.encoder = manifest, encoder
-            try:
+            named = {d.supersedes for d in todo} | {known[i].supersedes for i in ids if i in known}
+            try:  # committed: readers ignore the old generation already; the next ingest retries both
                 self.store.delete(Clause(must=(MatchAny("doc_id", ids), NumberRange("gen", lt=gen))))
-            except Exception:  # committed: readers already ignore the old generation; the next ingest retries
-                log.warning("could not delete superseded generations of %d document(s)", len(ids), exc_info=True)
+                supersession.refresh(self.store, {n for n in named if n})
+            except Exception:
+                log.warning("cleanup after ingesting %d document(s) failed", len(ids), exc_info=True)
         return IngestResult(len(docs), len(points), len(docs) - len(todo))
+
+    def _superseders(self, docs: Sequence[Document]) -> dict[str, str]:
+        """Which of `docs` a current document supersedes, counting current documents in the batch itself."""
+        by = supersession.superseders(self.store, (d.id for d in docs))
+        for d in sorted(docs, key=lambda d: d.id):
+            if d.supersedes and d.status is DocStatus.CURRENT:
+                by[d.supersedes] = min(d.id, by.get(d.supersedes, d.id))
+        return by
 
     def delete(self, doc_id: str) -> int:
         """Remove every point of the document; the number of chunks it had."""
         stored = self.get(doc_id)
         with self._write_lock:
             self.store.delete(Clause(must=(Match("doc_id", doc_id),)))
+            if stored.document.supersedes:  # what it retired may be current again
+                supersession.refresh(self.store, [stored.document.supersedes])
         return len(stored.chunks)
 
     def get(self, doc_id: str) -> StoredDocument:
@@ -161,7 +184,7 @@ class Index:
             limit=int(record["chunks"]) + 1,
         )
         chunks = sorted((chunk_from_payload(p.payload) for p in points), key=lambda c: c.ordinal)
-        return StoredDocument(document_from_payload(record), tuple(chunks), gen)
+        return StoredDocument(document_from_payload(record), tuple(chunks), gen, record.get("superseded_by"))
 
     def count(self, kind: str) -> int:
         return self.store.count(of_kind(kind))
@@ -198,6 +221,7 @@ class Index:
         fingerprints: dict[str, str],
         gen: int,
         encoder: Bm25Encoder,
+        superseded_by: dict[str, str],
     ) -> tuple[list[StorePoint], list[StorePoint]]:
         """Chunk points (embedded and BM25-encoded) and the documents' record points."""
         flat = [(doc, chunk) for doc, chunks in chunked for chunk in chunks]
@@ -206,14 +230,17 @@ class Index:
         points = [
             StorePoint(
                 id=chunk_point_id(chunk.chunk_id, gen),
-                payload=chunk_payload(doc, chunk, gen),
+                payload=chunk_payload(doc, chunk, gen, superseded_by.get(doc.id)),
                 dense=vector.tolist(),
                 sparse=encoder.encode_document(chunk.embed_text),
             )
             for (doc, chunk), vector in zip(flat, vectors, strict=True)
         ]
         records = [
-            StorePoint(document_point_id(doc.id, gen), document_payload(doc, gen, len(chunks), fingerprints[doc.id]))
+            StorePoint(
+                document_point_id(doc.id, gen),
+                document_payload(doc, gen, len(chunks), fingerprints[doc.id], superseded_by.get(doc.id)),
+            )
             for doc, chunks in chunked
         ]
         return points, records
@@ -227,14 +254,15 @@ class Index:
         blob = json.dumps([asdict(doc), asdict(self.chunker.config), asdict(self._wanted)], sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()
 
-    def _records(self, ids: list[str]) -> dict[str, tuple[int, str]]:
-        """(committed generation, fingerprint) of each document already indexed."""
+    def _records(self, ids: list[str]) -> dict[str, _Record]:
+        """The committed record of each document already indexed."""
         where = Clause(must=(Match("kind", "document"), MatchAny("doc_id", tuple(ids))))
-        newest: dict[str, tuple[int, str]] = {}
-        for r in self.store.scroll(where, limit=4 * len(ids) + 16, fields=("doc_id", "gen", "fingerprint")):
-            gen, doc_id = int(r.payload["gen"]), r.payload["doc_id"]
-            if gen > newest.get(doc_id, (-1, ""))[0]:
-                newest[doc_id] = (gen, r.payload.get("fingerprint", ""))
+        newest: dict[str, _Record] = {}
+        fields = ("doc_id", "gen", "fingerprint", "supersedes")
+        for r in self.store.scroll(where, limit=4 * len(ids) + 16, fields=fields):
+            record = _Record(int(r.payload["gen"]), r.payload.get("fingerprint", ""), r.payload.get("supersedes"))
+            if r.payload["doc_id"] not in newest or record.gen > newest[r.payload["doc_id"]].gen:
+                newest[r.payload["doc_id"]] = record
         return newest
 
     def _remove_leftovers(self, committed: dict[str, int]) -> None:

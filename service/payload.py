@@ -36,14 +36,17 @@ def _parse(value: str | None) -> dt.datetime | None:
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
 
 
-def _document_fields(doc: Document, gen: int) -> dict[str, Any]:
+def _document_fields(doc: Document, gen: int, superseded_by: str | None) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "doc_id": doc.id,
         "gen": gen,
         "title": doc.title,
         "tenant": doc.tenant,
         "tags": list(doc.tags),
-        "status": doc.status.value,
+        # effective status (filters use it) and the document's own (see service.supersession)
+        "status": DocStatus.SUPERSEDED.value if superseded_by else doc.status.value,
+        "declared_status": doc.status.value,
+        "superseded_by": superseded_by,
         "metadata": dict(doc.metadata),
     }
     if doc.updated_at is not None:
@@ -54,9 +57,9 @@ def _document_fields(doc: Document, gen: int) -> dict[str, Any]:
     return fields
 
 
-def chunk_payload(doc: Document, chunk: Chunk, gen: int) -> dict[str, Any]:
+def chunk_payload(doc: Document, chunk: Chunk, gen: int, superseded_by: str | None = None) -> dict[str, Any]:
     return {
-        **_document_fields(doc, gen),
+        **_document_fields(doc, gen, superseded_by),
         "kind": "chunk",
         "chunk_id": chunk.chunk_id,
         "ordinal": chunk.ordinal,
@@ -67,9 +70,11 @@ def chunk_payload(doc: Document, chunk: Chunk, gen: int) -> dict[str, Any]:
     }
 
 
-def document_payload(doc: Document, gen: int, chunks: int, fingerprint: str) -> dict[str, Any]:
+def document_payload(
+    doc: Document, gen: int, chunks: int, fingerprint: str, superseded_by: str | None = None
+) -> dict[str, Any]:
     return {
-        **_document_fields(doc, gen),
+        **_document_fields(doc, gen, superseded_by),
         "kind": "document",
         "text": doc.text,
         "format": doc.format.value,
@@ -101,7 +106,7 @@ def document_from_payload(p: Mapping[str, Any]) -> Document:
         metadata=dict(p.get("metadata") or {}),
         tags=tuple(p.get("tags") or ()),
         tenant=p.get("tenant"),
-        status=DocStatus(p.get("status", "current")),
+        status=DocStatus(p.get("declared_status") or p.get("status", "current")),
         updated_at=_parse(p.get("updated_at")),
         valid_until=None if p.get("valid_until") in (None, NEVER) else _parse(p["valid_until"]),
         supersedes=p.get("supersedes"),

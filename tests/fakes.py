@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -69,6 +70,9 @@ class FlakyStore:
 
     def delete(self, where: Clause) -> None:
         self.inner.delete(where)
+
+    def set_payload(self, where: Clause, values: Mapping[str, Any]) -> None:
+        self.inner.set_payload(where, values)
 
     def query(self, queries: Sequence[VectorQuery]) -> list[list[ScoredPoint]]:
         return self.inner.query(queries)

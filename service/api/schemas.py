@@ -102,6 +102,7 @@ class DocumentOut(BaseModel):
     updated_at: AwareDatetime | None
     valid_until: AwareDatetime | None
     supersedes: str | None
+    superseded_by: str | None = Field(description="a current document that supersedes this one: hidden by fresh_only")
     generation: int
     chunks: list[ChunkOut]
 

@@ -39,6 +39,8 @@ PAYLOAD_INDEXES: Mapping[str, FieldType] = {
     "tenant": FieldType.KEYWORD,
     "tags": FieldType.KEYWORD,
     "status": FieldType.KEYWORD,
+    "declared_status": FieldType.KEYWORD,
+    "supersedes": FieldType.KEYWORD,
     "gen": FieldType.INTEGER,
     "updated_at": FieldType.DATETIME,
     "valid_until": FieldType.DATETIME,
@@ -83,6 +85,9 @@ class VectorStore(Protocol):
 
     def delete(self, where: Clause) -> None:
         """Delete every point matching `where`; durable once it returns."""
+
+    def set_payload(self, where: Clause, values: Mapping[str, Any]) -> None:
+        """Set payload fields on every point matching `where`; durable once it returns."""
 
     def query(self, queries: Sequence[VectorQuery]) -> list[list[ScoredPoint]]:
         """Run queries; each result holds only `CANDIDATE_FIELDS` of the payload, best first."""

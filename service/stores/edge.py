@@ -7,7 +7,7 @@ the engine locks it, and a second opener gets a clear error.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +106,10 @@ class EdgeStore:
 
     def delete(self, where: Clause) -> None:
         self._open.update(qe.UpdateOperation.delete_points_by_filter(translate(where, _DIALECT)))
+        self._open.flush()
+
+    def set_payload(self, where: Clause, values: Mapping[str, Any]) -> None:
+        self._open.update(qe.UpdateOperation.set_payload_by_filter(translate(where, _DIALECT), dict(values)))
         self._open.flush()
 
     def query(self, queries: Sequence[VectorQuery]) -> list[list[ScoredPoint]]:

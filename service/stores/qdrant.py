@@ -7,7 +7,7 @@ Writes use `wait=True`, so a returned call is applied and durable on the server.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from qdrant_client import QdrantClient
@@ -86,6 +86,11 @@ class QdrantStore:
 
     def delete(self, where: Clause) -> None:
         self.client.delete(self.collection, m.FilterSelector(filter=translate(where, _DIALECT)), wait=True)
+
+    def set_payload(self, where: Clause, values: Mapping[str, Any]) -> None:
+        self.client.set_payload(
+            self.collection, dict(values), points=m.FilterSelector(filter=translate(where, _DIALECT)), wait=True
+        )
 
     def query(self, queries: Sequence[VectorQuery]) -> list[list[ScoredPoint]]:
         if not queries:

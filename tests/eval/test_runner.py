@@ -113,7 +113,7 @@ def test_run_record_fields() -> None:
     assert run.unit == "doc"
     assert run.ks == (1, 5, 10)
     assert run.params == {"mode": "hybrid"}
-    assert re.fullmatch(r"\d{8}T\d{6}-[0-9a-f]{6}", run.run_id)
+    assert re.fullmatch(r"\d{8}T\d{12}-[0-9a-f]{6}", run.run_id)  # to the microsecond: sortable
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", run.created_at)
     first = run.cases[0]
     assert (first.case_id, first.question, first.category, first.source) == ("a", "question a", "billing", "log")

@@ -29,7 +29,9 @@ def get_document(doc_id: str, index: IndexDep) -> DocumentOut:
         ChunkOut(chunk_id=c.chunk_id, heading_path=c.heading, start=c.start, end=c.end, text=c.text)
         for c in stored.chunks
     ]
-    return DocumentOut(**asdict(stored.document), generation=stored.generation, chunks=chunks)
+    return DocumentOut(
+        **asdict(stored.document), superseded_by=stored.superseded_by, generation=stored.generation, chunks=chunks
+    )
 
 
 @router.delete("/documents/{doc_id:path}", response_model=DeleteResponse)

@@ -111,3 +111,41 @@ def test_bad_requests_get_4xx_with_what_to_fix(loaded: TestClient, body: dict, m
     r = loaded.post("/search", content=json.dumps(body), headers={"content-type": "application/json"})
     assert r.status_code == 422, r.text
     assert message in r.json()["detail"]
+
+
+def test_a_current_document_that_supersedes_another_retires_it(client: TestClient) -> None:
+    old = {"id": "price-old", "title": "Prices", "text": "# Prices\n\nPro costs 59 euros a month."}
+    new = {
+        "id": "price-new",
+        "title": "Prices",
+        "text": "# Prices\n\nPro costs 69 euros a month.",
+        "supersedes": "price-old",
+    }
+
+    def found() -> list[str]:
+        return sorted({h["doc_id"] for h in client.post("/search", json={"query": "pro costs month"}).json()["hits"]})
+
+    client.post("/documents", json={"documents": [old]})
+    assert found() == ["price-old"]
+    client.post("/documents", json={"documents": [new]})
+    assert found() == ["price-new"]  # the old page still says "current" itself, but it is retired
+    got = client.get("/documents/price-old").json()
+    assert (got["status"], got["superseded_by"]) == ("current", "price-new")
+    client.post("/documents", json={"documents": [old]})  # re-sent unchanged: still retired
+    client.post("/documents", json={"documents": [{**old, "text": old["text"] + " VAT excluded."}]})  # changed
+    assert found() == ["price-new"]
+    client.post("/documents", json={"documents": [{**new, "supersedes": None}]})  # no longer names it
+    assert found() == ["price-new", "price-old"]
+    client.post("/documents", json={"documents": [new]})
+    assert found() == ["price-new"]
+    client.delete("/documents/price-new")
+    assert found() == ["price-old"]
+    assert client.get("/documents/price-old").json()["superseded_by"] is None
+
+
+def test_a_draft_supersedes_nothing_yet(client: TestClient) -> None:
+    old = {"id": "a", "title": "A", "text": "# A\n\nThe rule is ten."}
+    draft = {"id": "b", "title": "B", "text": "# B\n\nThe rule will be twelve.", "supersedes": "a", "status": "draft"}
+    client.post("/documents", json={"documents": [draft, old]})
+    hits = client.post("/search", json={"query": "rule"}).json()["hits"]
+    assert [h["doc_id"] for h in hits] == ["a"]

@@ -166,6 +166,19 @@ def test_delete_by_filter(store: VectorStore) -> None:
     assert store.count(Clause()) == 1
 
 
+def test_set_payload_by_filter(store: VectorStore) -> None:
+    store.set_payload(Clause(must=(Match("doc_id", "d1"),)), {"status": "superseded", "superseded_by": "d9"})
+    changed = store.scroll(Clause(must=(Match("status", "superseded"),)), 100, fields=("chunk_id", "superseded_by"))
+    # chunks 0, 5 and 10 were superseded already; d1 holds chunks 1, 5 and 9
+    assert {p.payload["chunk_id"] for p in changed} == {"d0#0", "d1#1", "d1#5", "d1#9", "d2#10"}
+    assert {p.payload["chunk_id"] for p in changed if p.payload.get("superseded_by") == "d9"} == {
+        "d1#1",
+        "d1#5",
+        "d1#9",
+    }
+    assert all(set(p.payload) <= {"chunk_id", "superseded_by"} for p in changed)  # only the fields asked for
+
+
 def test_edge_store_survives_reopen(tmp_path: Path) -> None:
     s = EdgeStore(tmp_path / "index")
     s.ensure_schema(4)
