@@ -68,6 +68,13 @@ class CaseChange:
 
 @dataclass(frozen=True)
 class GateResult:
+    """The verdict, its reasons, every check made, and the cases that got worse.
+
+    Example:
+        >>> compare(run, run).verdict  # doctest: +SKIP
+        'pass'
+    """
+
     passed: bool
     reasons: tuple[str, ...]
     checks: tuple[MetricCheck, ...]

@@ -43,6 +43,13 @@ class Finding:
 
 @dataclass(frozen=True)
 class Report:
+    """Aggregates (overall, per category and per source, worst first) and the diagnosis of one run.
+
+    Example:
+        >>> build_report(run).by_category[0].name  # the worst category  # doctest: +SKIP
+        'it'
+    """
+
     overall: Group
     by_category: tuple[Group, ...]
     by_source: tuple[Group, ...]

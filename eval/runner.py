@@ -71,7 +71,13 @@ class CaseResult:
 
 @dataclass(frozen=True)
 class Run:
-    """A stored evaluation: the settings it ran with and every case's result."""
+    """A stored evaluation: the settings it ran with, every case's result, and the gate verdict if gated.
+
+    Example:
+        >>> run = run_set([Case("c", "q", (Label(doc_id="a"),))], FunctionRetriever(lambda q: []), set_name="s")
+        >>> run.cases[0].metrics["hit@10"], run.gate
+        (0.0, None)
+    """
 
     run_id: str
     set_name: str

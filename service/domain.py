@@ -63,7 +63,12 @@ class Document:
 class Chunk:
     """A retrievable span of a document: `text` is `document.text[start:end]` as parsed and trimmed.
 
-    `embed_text` is what the models see: the title and heading path, then the text.
+    For HTML the span is that of the chunk's block elements in the source (markup included) and `text` is
+    their visible text. `embed_text` is what the models see: the title and heading path, then the text.
+
+    Example:
+        >>> Chunk("a#0", "a", 0, "Refunds", ("Billing", "Annual plans"), "Within 30 days.", 10, 25).heading
+        'Billing > Annual plans'
     """
 
     chunk_id: str

@@ -57,6 +57,8 @@ class Manifest:
 
 @dataclass(frozen=True)
 class IngestResult:
+    """Documents in the batch, chunks written, and documents skipped because nothing had changed."""
+
     documents: int
     chunks: int
     unchanged: int

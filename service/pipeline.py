@@ -33,7 +33,12 @@ RERANK_OFF = "rerank was requested but no cross-encoder is configured (set PLUMB
 
 @dataclass(frozen=True)
 class SearchParams:
-    """Effective parameters of one search (defaults are the service's, see `Settings`)."""
+    """Effective parameters of one search (defaults are the service's, see `Settings`).
+
+    Example:
+        >>> SearchParams(k=5, mode=Mode.KEYWORD).fresh_only
+        True
+    """
 
     k: int = 10
     mode: Mode = Mode.HYBRID
@@ -59,6 +64,12 @@ class Limits:
 
 @dataclass(frozen=True)
 class SearchResult:
+    """Hits best first, stage timings (ms), the parameters used, and warnings.
+
+    A hit's `score` is its last stage's: the cross-encoder's within `rerank_depth`, the fusion score for
+    hits beyond it (when k > rerank_depth), so compare scores only between hits of the same stage.
+    """
+
     hits: tuple[Hit, ...]
     timings_ms: Mapping[str, float]
     params: SearchParams

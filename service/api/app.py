@@ -30,8 +30,8 @@ def create_app(
 
     Example:
         >>> app = create_app(Settings(data_dir=Path("/tmp/plumbline")))
-        >>> sorted(r.path for r in app.routes if r.path.startswith("/health"))
-        ['/health/live', '/health/ready']
+        >>> app.url_path_for("ready")
+        '/health/ready'
     """
     registry = registry or CollectorRegistry()
     metrics = ServiceMetrics(registry)
