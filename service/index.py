@@ -52,7 +52,8 @@ class Manifest:
     dimension: int
     tokenizer: TokenizerConfig
     bm25: Bm25Params
-    schema_version: int = 1
+    # 2: valid_until always stored (NEVER when open-ended), declared_status/superseded_by, commit records
+    schema_version: int = 2
 
 
 @dataclass(frozen=True)
@@ -305,6 +306,10 @@ def _derived_title(doc: Document) -> str:
 
 def _check_compatible(have: Manifest, want: Manifest, *, avg_len_set: bool) -> None:
     problems = []
+    if have.schema_version != want.schema_version:
+        problems.append(
+            f"payload schema version {have.schema_version}, this version of Plumbline writes {want.schema_version}"
+        )
     if (have.embedding_model, have.dimension) != (want.embedding_model, want.dimension):
         problems.append(
             f"embedding model {have.embedding_model} ({have.dimension}-dim), settings ask for "

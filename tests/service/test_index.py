@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -11,6 +11,7 @@ from service.domain import Document
 from service.errors import IndexMismatch, InvalidRequest, NotFound, PayloadTooLarge
 from service.filters import Clause, of_kind
 from service.index import Index, IndexLimits
+from service.payload import MANIFEST_ID
 from service.pipeline import SearchParams, SearchPipeline
 from service.sparse import Bm25Params
 from service.stores.base import StorePoint, VectorStore
@@ -212,6 +213,11 @@ def test_manifest_guards_against_another_model(tmp_path: Path) -> None:
     assert reopened.get("policy/pw").document == V1
     with pytest.raises(IndexMismatch, match="embedding model"):
         Index(again, FakeEmbedder(name="other-model"), Chunker(ChunkerConfig()), TokenizerConfig(), Bm25Params())
+    older = replace(index.manifest, schema_version=1)
+    again.upsert([StorePoint(MANIFEST_ID, {"kind": "manifest", **asdict(older)})])
+    with pytest.raises(IndexMismatch, match="payload schema version 1"):
+        make_index(again)
+    again.upsert([StorePoint(MANIFEST_ID, {"kind": "manifest", **asdict(index.manifest)})])
     with pytest.raises(IndexMismatch, match="tokenizer"):
         Index(again, FakeEmbedder(), Chunker(ChunkerConfig()), TokenizerConfig(stemmer=None), Bm25Params())
     again.close()
