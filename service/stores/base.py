@@ -9,7 +9,7 @@ same contract suite (`tests/service/stores/test_contract.py`) and must return th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Generic, Literal, Protocol, TypeVar
@@ -103,6 +103,17 @@ class VectorStore(Protocol):
 
     def close(self) -> None:
         """Flush and release the engine."""
+
+
+def named_vectors(p: StorePoint, sparse: Callable[[SparseVector], Any]) -> dict[str, Any]:
+    """A point's vectors by name, the sparse one built by the client's `sparse` constructor; a record point
+    has none, and an empty BM25 vector (a chunk of stopwords only) is left out rather than stored empty."""
+    vectors: dict[str, Any] = {}
+    if p.dense is not None:
+        vectors[DENSE] = list(p.dense)
+    if p.sparse is not None and not p.sparse.is_empty:
+        vectors[SPARSE] = sparse(p.sparse)
+    return vectors
 
 
 T = TypeVar("T")

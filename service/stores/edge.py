@@ -25,6 +25,7 @@ from service.stores.base import (
     ScoredPoint,
     StorePoint,
     VectorQuery,
+    named_vectors,
     translate,
 )
 
@@ -148,16 +149,13 @@ class EdgeStore:
             self._shard = None
 
 
+def _sparse(vector: SparseVector) -> Any:
+    return qe.SparseVector(indices=list(vector.indices), values=list(vector.values))
+
+
 def _vector(vector: Sequence[float] | SparseVector) -> Any:
-    if isinstance(vector, SparseVector):
-        return qe.SparseVector(indices=list(vector.indices), values=list(vector.values))
-    return list(vector)
+    return _sparse(vector) if isinstance(vector, SparseVector) else list(vector)
 
 
 def _point(p: StorePoint) -> Any:
-    vectors: dict[str, Any] = {}
-    if p.dense is not None:
-        vectors[DENSE] = list(p.dense)
-    if p.sparse is not None and not p.sparse.is_empty:
-        vectors[SPARSE] = _vector(p.sparse)
-    return qe.Point(p.id, vectors, dict(p.payload))
+    return qe.Point(p.id, named_vectors(p, _sparse), dict(p.payload))

@@ -24,6 +24,7 @@ from service.stores.base import (
     ScoredPoint,
     StorePoint,
     VectorQuery,
+    named_vectors,
     translate,
 )
 
@@ -128,16 +129,13 @@ class QdrantStore:
         self.client.close()
 
 
+def _sparse(vector: SparseVector) -> Any:
+    return m.SparseVector(indices=list(vector.indices), values=list(vector.values))
+
+
 def _vector(vector: Sequence[float] | SparseVector) -> Any:
-    if isinstance(vector, SparseVector):
-        return m.SparseVector(indices=list(vector.indices), values=list(vector.values))
-    return list(vector)
+    return _sparse(vector) if isinstance(vector, SparseVector) else list(vector)
 
 
 def _point(p: StorePoint) -> m.PointStruct:
-    vectors: dict[str, Any] = {}
-    if p.dense is not None:
-        vectors[DENSE] = list(p.dense)
-    if p.sparse is not None and not p.sparse.is_empty:
-        vectors[SPARSE] = _vector(p.sparse)
-    return m.PointStruct(id=p.id, vector=vectors, payload=dict(p.payload))
+    return m.PointStruct(id=p.id, vector=named_vectors(p, _sparse), payload=dict(p.payload))
