@@ -38,7 +38,7 @@ eval-gate: setup
 	$(BIN)/plumbline eval run --data-dir $(DATA)/gate --ingest demo/handbook --set handbook --baseline handbook
 
 bench-quality: setup
-	$(BIN)/python benchmarks/quality.py --tokenizers
+	$(BIN)/python benchmarks/quality.py
 
 bench-speed: setup
 	$(BIN)/python benchmarks/speed.py
