@@ -67,7 +67,7 @@ def main() -> None:
                 )
                 m = mean_metrics(run.cases)
                 print(
-                    f"| {size} ({index.count('chunk')} chunks) | {label} | {m['hit@1']:.3f} | {m['hit@5']:.3f} | "
+                    f"| {size} ({index.chunks()} chunks) | {label} | {m['hit@1']:.3f} | {m['hit@5']:.3f} | "
                     f"{m['recall@10']:.3f} | {m['mrr@10']:.3f} | {m['ndcg@10']:.3f} |"
                 )
             store.close()

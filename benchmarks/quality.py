@@ -36,7 +36,14 @@ from service.evaluation import PipelineRetriever
 from service.filters import of_kind
 from service.index import Index
 from service.loaders import iter_documents
-from service.payload import chunk_payload, chunk_point_id, document_payload, document_point_id
+from service.payload import (
+    chunk_payload,
+    chunk_point_id,
+    document_payload,
+    document_point_id,
+    head_payload,
+    head_point_id,
+)
 from service.pipeline import SearchParams, SearchPipeline
 from service.settings import PACKAGED_MODEL
 from service.sparse import Bm25Encoder, Bm25Params
@@ -57,7 +64,7 @@ def build(name: str, corpus: Path, chunking: ChunkerConfig, embedder: Embedder, 
     for i in range(0, len(docs), 256):
         chunks += index.ingest(docs[i : i + 256]).chunks
     print(
-        f"[{name}] {len(docs)} documents, {index.count('chunk')} chunks "
+        f"[{name}] {len(docs)} documents, {index.chunks()} chunks "
         f"({chunks} embedded now, {time.perf_counter() - start:.0f} s)",
         file=sys.stderr,
     )
@@ -175,8 +182,9 @@ def tokenizer_study(embedder: Embedder, work: Path) -> None:
                 )
                 for d, c in chunks
             ]
-            # the document records commit generation 1: readers ignore chunks without one
+            # records and heads commit generation 1: readers ignore chunks without one
             points += [StorePoint(document_point_id(d.id, 1), document_payload(d, 1, 1, "study")) for d in docs]
+            points += [StorePoint(head_point_id(d.id), head_payload(d, 1, "study", None)) for d in docs]
             for i in range(0, len(points), 2048):
                 store.upsert(points[i : i + 2048])
         pipeline = SearchPipeline(store, embedder, encoder, None)

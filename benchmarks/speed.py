@@ -42,7 +42,14 @@ from service.embedding import SentenceTransformerEmbedder, resolve_model_path
 from service.filters import of_kind
 from service.index import Index
 from service.loaders import iter_documents
-from service.payload import chunk_payload, chunk_point_id, document_payload, document_point_id
+from service.payload import (
+    chunk_payload,
+    chunk_point_id,
+    document_payload,
+    document_point_id,
+    head_payload,
+    head_point_id,
+)
 from service.settings import PACKAGED_MODEL, Settings
 from service.sparse import Bm25Encoder, Bm25Params
 from service.stores.base import StorePoint
@@ -118,6 +125,7 @@ def fill_random(store: EdgeStore, chunks: list[tuple[Document, Chunk]], n: int, 
             )
             if chunk.ordinal == 0:
                 points.append(StorePoint(document_point_id(copy.id, 1), document_payload(copy, 1, 1, "bench")))
+                points.append(StorePoint(head_point_id(copy.id), head_payload(copy, 1, "bench", None)))  # commit
         store.upsert(points)
 
 

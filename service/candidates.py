@@ -1,7 +1,7 @@
 """Candidate lists: from raw engine points to one query's dense and keyword lists, keyed by chunk id.
 
-A document's *committed* generation is the newest generation of its document record: the index writes a
-generation's chunks first and its record last, so the record is the commit marker. Candidates of any
+A document's *committed* generation is the one its head names: the index writes a generation's chunks
+and records first and the head last, so the head is the commit marker. Candidates of any
 other generation are dropped before the lists are cut to depth: a re-ingest half-way (old and new
 chunks both in the engine), a write that failed or crashed before its commit, and the leftovers of a
 crash before the old generation was deleted are all invisible to readers, on every backend.
@@ -60,12 +60,3 @@ class Candidates:
                 seen.add(self.documents[key])
                 out.append(key)
         return out
-
-
-def newest(records: Sequence[ScoredPoint]) -> dict[str, int]:
-    """The committed generation of each document, from its document records (doc_id, gen)."""
-    out: dict[str, int] = {}
-    for r in records:
-        doc_id, gen = r.payload["doc_id"], int(r.payload["gen"])
-        out[doc_id] = max(gen, out.get(doc_id, gen))
-    return out

@@ -1,9 +1,10 @@
 """The index: ingest (validate → chunk → embed + BM25-encode → write), delete, read back, manifest.
 
 A batch is validated and encoded in full before the first write, so bad input changes nothing. Each
-batch gets a new generation, written in three steps: the chunks, then the document records (the
-commit marker: readers use only the generation of a document's newest record, see
-`service.candidates`), then the deletion of older generations. A reader therefore sees the old version
+batch gets a new generation, written in steps: the chunks, the document records, then each document's
+head (the commit marker: one point per document, at an id derived from the document id, naming the
+committed generation; readers use only that generation, see `service.candidates`), then the deletion of
+older generations. A reader therefore sees the old version
 or the new one, never a mix, at every moment and after a crash at any step; a failed write deletes what
 it wrote and re-raises. Leftovers of a crash are removed the next time the batch holding that document
 is ingested, changed or not.
@@ -34,6 +35,8 @@ from service.payload import (
     document_from_payload,
     document_payload,
     document_point_id,
+    head_payload,
+    head_point_id,
 )
 from service.sparse import Bm25Encoder, Bm25Params
 from service.stores.base import StorePoint, VectorStore
@@ -52,8 +55,8 @@ class Manifest:
     dimension: int
     tokenizer: TokenizerConfig
     bm25: Bm25Params
-    # 2: valid_until always stored (NEVER when open-ended), declared_status/superseded_by, commit records
-    schema_version: int = 2
+    # 3: valid_until always stored (NEVER when open-ended), declared_status/superseded_by, head points
+    schema_version: int = 3
 
 
 @dataclass(frozen=True)
@@ -77,9 +80,21 @@ class StoredDocument:
 
 @dataclass(frozen=True)
 class _Record:
-    gen: int
-    fingerprint: str
-    supersedes: str | None
+    """A committed document's head, as read before a write (and put back if the write fails)."""
+
+    head: StorePoint
+
+    @property
+    def gen(self) -> int:
+        return int(self.head.payload["gen"])
+
+    @property
+    def fingerprint(self) -> str:
+        return str(self.head.payload.get("fingerprint", ""))
+
+    @property
+    def supersedes(self) -> str | None:
+        return self.head.payload.get("supersedes")
 
 
 @dataclass(frozen=True)
@@ -140,15 +155,21 @@ class Index:
             encoder = Bm25Encoder(self.encoder.tokenizer, manifest.bm25)
             gen = self._next_generation()
             ids = tuple(d.id for d in todo)
-            points, records = self._encode(chunked, fingerprints, gen, encoder, self._superseders(todo))
+            superseded_by = self._superseders(todo)
+            points, records = self._encode(chunked, fingerprints, gen, encoder, superseded_by)
             if self.manifest is None:
                 records.append(StorePoint(MANIFEST_ID, {"kind": "manifest", **asdict(manifest)}))
+            heads = [
+                StorePoint(head_point_id(d.id), head_payload(d, gen, fingerprints[d.id], superseded_by.get(d.id)))
+                for d in todo
+            ]
             try:
                 for start in range(0, len(points), WRITE_BATCH):
                     self.store.upsert(points[start : start + WRITE_BATCH])
-                self.store.upsert(records)  # the commit: from here on readers see this generation
+                self.store.upsert(records)
+                self.store.upsert(heads)  # the commit: from here on readers see this generation
             except Exception:
-                self.store.delete(Clause(must=(MatchAny("doc_id", ids), Match("gen", gen))))
+                self._roll_back(ids, gen, known)
                 raise
             self.manifest, self.encoder = manifest, encoder
             named = {d.supersedes for d in todo} | {known[i].supersedes for i in ids if i in known}
@@ -158,6 +179,13 @@ class Index:
             except Exception:
                 log.warning("cleanup after ingesting %d document(s) failed", len(ids), exc_info=True)
         return IngestResult(len(docs), len(points), len(docs) - len(todo))
+
+    def _roll_back(self, ids: tuple[str, ...], gen: int, known: dict[str, _Record]) -> None:
+        """Delete what the failed write wrote (new heads included) and put back the heads it replaced."""
+        self.store.delete(Clause(must=(MatchAny("doc_id", ids), Match("gen", gen))))
+        old_heads = [known[i].head for i in ids if i in known]
+        if old_heads:
+            self.store.upsert(old_heads)
 
     def _superseders(self, docs: Sequence[Document]) -> dict[str, str]:
         """Which of `docs` a current document supersedes, counting current documents in the batch itself."""
@@ -177,20 +205,26 @@ class Index:
         return len(stored.chunks)
 
     def get(self, doc_id: str) -> StoredDocument:
-        records = self.store.scroll(Clause(must=(Match("kind", "document"), Match("doc_id", doc_id))), limit=16)
-        if not records:
+        heads = self.store.retrieve([head_point_id(doc_id)])
+        if not heads:
             raise NotFound(f"no document with id {doc_id!r}")
-        record = max(records, key=lambda r: int(r.payload["gen"])).payload
-        gen = int(record["gen"])
+        gen = int(heads[0].payload["gen"])
+        where = Clause(must=(Match("kind", "document"), Match("doc_id", doc_id), Match("gen", gen)))
+        record = self.store.scroll(where, limit=1)[0].payload
         points = self.store.scroll(
             Clause(must=(Match("kind", "chunk"), Match("doc_id", doc_id), Match("gen", gen))),
             limit=int(record["chunks"]) + 1,
         )
         chunks = sorted((chunk_from_payload(p.payload) for p in points), key=lambda c: c.ordinal)
-        return StoredDocument(document_from_payload(record), tuple(chunks), gen, record.get("superseded_by"))
+        return StoredDocument(document_from_payload(record), tuple(chunks), gen, heads[0].payload.get("superseded_by"))
 
-    def count(self, kind: str) -> int:
-        return self.store.count(of_kind(kind))
+    def documents(self) -> int:
+        """Documents committed (one head each)."""
+        return self.store.count(of_kind("head"))
+
+    def chunks(self) -> int:
+        """Chunk points in the engine (a crash's invisible leftovers included until they are removed)."""
+        return self.store.count(of_kind("chunk"))
 
     def _validated(self, docs: Sequence[Document]) -> list[Document]:
         if not docs:
@@ -258,15 +292,9 @@ class Index:
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def _records(self, ids: list[str]) -> dict[str, _Record]:
-        """The committed record of each document already indexed."""
-        where = Clause(must=(Match("kind", "document"), MatchAny("doc_id", tuple(ids))))
-        newest: dict[str, _Record] = {}
-        fields = ("doc_id", "gen", "fingerprint", "supersedes")
-        for r in self.store.scroll(where, limit=4 * len(ids) + 16, fields=fields):
-            record = _Record(int(r.payload["gen"]), r.payload.get("fingerprint", ""), r.payload.get("supersedes"))
-            if r.payload["doc_id"] not in newest or record.gen > newest[r.payload["doc_id"]].gen:
-                newest[r.payload["doc_id"]] = record
-        return newest
+        """The head of each document already indexed."""
+        heads = self.store.retrieve([head_point_id(i) for i in ids])
+        return {h.payload["doc_id"]: _Record(StorePoint(h.id, h.payload)) for h in heads}
 
     def _remove_leftovers(self, committed: dict[str, int]) -> None:
         """Delete points of generations older than the committed one (a crash left them behind).

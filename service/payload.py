@@ -20,6 +20,24 @@ MANIFEST_ID = str(uuid.uuid5(_NAMESPACE, "manifest"))
 NEVER = "9999-12-31T23:59:59Z"
 
 
+def head_point_id(doc_id: str) -> str:
+    """One head per document, at an id derived from the document id: readers find it without a search."""
+    return str(uuid.uuid5(_NAMESPACE, f"head\x00{doc_id}"))
+
+
+def head_payload(doc: Document, gen: int, fingerprint: str, superseded_by: str | None) -> dict[str, Any]:
+    """The commit marker: the generation readers use, and what ingest and `supersedes` need to know."""
+    fields = _document_fields(doc, gen, superseded_by)
+    return {
+        "kind": "head",
+        "doc_id": doc.id,
+        "gen": gen,
+        "fingerprint": fingerprint,
+        "supersedes": doc.supersedes,
+        **{k: fields[k] for k in ("status", "declared_status", "superseded_by")},
+    }
+
+
 def chunk_point_id(chunk_id: str, gen: int) -> str:
     return str(uuid.uuid5(_NAMESPACE, f"chunk\x00{chunk_id}\x00{gen}"))
 

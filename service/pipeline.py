@@ -18,12 +18,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from service import fusion
-from service.candidates import TIE_MARGIN, Candidates, newest
+from service.candidates import TIE_MARGIN, Candidates
 from service.domain import FusionMethod, Hit, Mode, StageScore
 from service.embedding import Embedder, Matrix
 from service.errors import InvalidRequest
-from service.filters import Clause, FilterSpec, HasId, Match, MatchAny, build_filter
-from service.payload import hit_from_payload
+from service.filters import Clause, FilterSpec, HasId, build_filter
+from service.payload import head_point_id, hit_from_payload
 from service.rerank import Reranker
 from service.sparse import Bm25Encoder, SparseVector
 from service.stores.base import DENSE, SPARSE, VectorName, VectorQuery, VectorStore
@@ -173,11 +173,9 @@ class SearchPipeline:
         return [SearchResult(r.hits, dict(timer.ms), r.params, r.reranked, r.warnings) for r in out]
 
     def _committed(self, doc_ids: set[str]) -> dict[str, int]:
-        """The committed generation of each document: its newest document record (see `candidates`)."""
-        if not doc_ids:
-            return {}
-        where = Clause(must=(Match("kind", "document"), MatchAny("doc_id", tuple(sorted(doc_ids)))))
-        return newest(self.store.scroll(where, limit=4 * len(doc_ids) + 16, fields=("doc_id", "gen")))
+        """The committed generation of each document, read from its head by id (see `candidates`)."""
+        heads = self.store.retrieve([head_point_id(d) for d in sorted(doc_ids)], fields=("doc_id", "gen"))
+        return {h.payload["doc_id"]: int(h.payload["gen"]) for h in heads}
 
     def _finish(self, query: str, p: SearchParams, c: Candidates, timer: _Timer, warnings: list[str]) -> SearchResult:
         """Fuse one query's candidates, fetch the payloads it shows, rerank its top when asked."""

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from service.domain import DocStatus
 from service.filters import Clause, Match, MatchAny
+from service.payload import head_point_id
 from service.stores.base import VectorStore
 
 
@@ -23,7 +24,7 @@ def superseders(store: VectorStore, doc_ids: Iterable[str]) -> dict[str, str]:
     if not ids:
         return {}
     where = Clause(
-        must=(Match("kind", "document"), MatchAny("supersedes", ids), Match("declared_status", DocStatus.CURRENT))
+        must=(Match("kind", "head"), MatchAny("supersedes", ids), Match("declared_status", DocStatus.CURRENT))
     )
     out: dict[str, str] = {}
     for r in sorted(
@@ -40,9 +41,8 @@ def refresh(store: VectorStore, doc_ids: Iterable[str]) -> None:
     if not ids:
         return
     by = superseders(store, ids)
-    where = Clause(must=(Match("kind", "document"), MatchAny("doc_id", ids)))
     fields = ("doc_id", "declared_status", "status", "superseded_by")
-    current = {r.payload["doc_id"]: r.payload for r in store.scroll(where, limit=16 * len(ids) + 16, fields=fields)}
+    current = {h.payload["doc_id"]: h.payload for h in store.retrieve([head_point_id(i) for i in ids], fields=fields)}
     for doc_id, p in current.items():
         status = DocStatus.SUPERSEDED.value if doc_id in by else p["declared_status"]
         if (status, by.get(doc_id)) != (p.get("status"), p.get("superseded_by")):

@@ -77,8 +77,8 @@ class FlakyStore:
     def query(self, queries: Sequence[VectorQuery]) -> list[list[ScoredPoint]]:
         return self.inner.query(queries)
 
-    def retrieve(self, ids: Sequence[str]) -> list[ScoredPoint]:
-        return self.inner.retrieve(ids)
+    def retrieve(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> list[ScoredPoint]:
+        return self.inner.retrieve(ids, fields)
 
     def scroll(self, where: Clause, limit: int, fields: Sequence[str] | None = None) -> list[ScoredPoint]:
         return self.inner.scroll(where, limit, fields)

@@ -90,4 +90,4 @@ def _counts(runtime: Runtime) -> dict[str, int] | None:
     if not runtime.ready:
         return None
     index = runtime.index
-    return {"chunk": index.count("chunk"), "document": index.count("document")}
+    return {"chunk": index.chunks(), "document": index.documents()}

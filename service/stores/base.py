@@ -1,8 +1,9 @@
 """The vector-store contract: what the index and the search pipeline need from an engine.
 
-One collection holds three kinds of points, told apart by the payload field `kind`:
-`chunk` (named vectors "dense" and "bm25"), `document` (the caller's record, no vectors) and
-`manifest` (how the index was built, no vectors). Adapters are thin: they translate the engine-neutral
+One collection holds four kinds of points, told apart by the payload field `kind`:
+`chunk` (named vectors "dense" and "bm25"), `document` (the caller's record, one per generation),
+`head` (one per document, id derived from the document id: which generation is committed) and
+`manifest` (how the index was built); only chunks carry vectors. Adapters are thin: they translate the engine-neutral
 filter tree of `service.filters` and move points; all policy lives above them. Every adapter runs the
 same contract suite (`tests/service/stores/test_contract.py`) and must return the same hits.
 """
@@ -92,8 +93,8 @@ class VectorStore(Protocol):
     def query(self, queries: Sequence[VectorQuery]) -> list[list[ScoredPoint]]:
         """Run queries; each result holds only `CANDIDATE_FIELDS` of the payload, best first."""
 
-    def retrieve(self, ids: Sequence[str]) -> list[ScoredPoint]:
-        """Full payloads of the given points (score 0), in no particular order; missing ids are skipped."""
+    def retrieve(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> list[ScoredPoint]:
+        """The given points (score 0) with their payload, or only `fields` of it; missing ids are skipped."""
 
     def scroll(self, where: Clause, limit: int, fields: Sequence[str] | None = None) -> list[ScoredPoint]:
         """Up to `limit` points matching `where` (score 0), with only `fields` of the payload if given."""

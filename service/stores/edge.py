@@ -128,8 +128,9 @@ class EdgeStore:
         results = self._open.query_batch(qe.QueryBatchRequest(requests))
         return [[ScoredPoint(str(p.id), float(p.score), p.payload or {}) for p in res] for res in results]
 
-    def retrieve(self, ids: Sequence[str]) -> list[ScoredPoint]:
-        records = self._open.retrieve(list(ids), with_payload=True, with_vector=False)
+    def retrieve(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> list[ScoredPoint]:
+        payload = qe.PayloadSelector.Include(list(fields)) if fields else True
+        records = self._open.retrieve(list(ids), with_payload=payload, with_vector=False)
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records]
 
     def scroll(self, where: Clause, limit: int, fields: Sequence[str] | None = None) -> list[ScoredPoint]:

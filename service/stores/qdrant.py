@@ -109,8 +109,9 @@ class QdrantStore:
         results = self.client.query_batch_points(self.collection, requests)
         return [[ScoredPoint(str(p.id), float(p.score), p.payload or {}) for p in r.points] for r in results]
 
-    def retrieve(self, ids: Sequence[str]) -> list[ScoredPoint]:
-        records = self.client.retrieve(self.collection, list(ids), with_payload=True, with_vectors=False)
+    def retrieve(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> list[ScoredPoint]:
+        payload: list[str] | bool = list(fields) if fields else True
+        records = self.client.retrieve(self.collection, list(ids), with_payload=payload, with_vectors=False)
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records]
 
     def scroll(self, where: Clause, limit: int, fields: Sequence[str] | None = None) -> list[ScoredPoint]:

@@ -66,8 +66,8 @@ def test_ingest_get_delete(store: EdgeStore) -> None:
     assert index.delete("policy/pw") == 2
     with pytest.raises(NotFound):
         index.get("policy/pw")
-    assert index.count("chunk") == 1
-    assert index.count("document") == 1
+    assert index.chunks() == 1
+    assert index.documents() == 1
 
 
 def test_reingest_replaces_all_chunks(store: EdgeStore) -> None:
@@ -79,8 +79,8 @@ def test_reingest_replaces_all_chunks(store: EdgeStore) -> None:
         "No scheduled rotation.",
         "Use a hardware key.",
     ]
-    assert index.count("chunk") == 4
-    assert index.count("document") == 2
+    assert index.chunks() == 4
+    assert index.documents() == 2
     assert "Minimum length is twelve characters." not in search_texts(index, "minimum length characters")
 
 
@@ -128,7 +128,7 @@ def test_readers_see_the_old_version_until_the_commit_and_the_new_one_after(stor
         return lambda: seen.__setitem__(moment, (search_texts(index, QUERY), store.count(of_kind("chunk"))))
 
     paused.upserts = 0
-    paused.before_upsert[2] = look("chunks written, not committed")  # upsert 1: chunks; upsert 2: the records
+    paused.before_upsert[3] = look("chunks written, not committed")  # upserts: 1 chunks, 2 records, 3 heads
     paused.before_delete = look("committed, old not yet deleted")
     index.ingest([V2])
     new = search_texts(index, QUERY)
@@ -157,18 +157,33 @@ def test_leftovers_of_a_failed_cleanup_stay_invisible_and_are_removed_later(stor
     assert store.count(of_kind("chunk")) == 3
 
 
-def test_a_failed_write_leaves_the_index_as_it_was(store: EdgeStore, handbook_docs: list[Document]) -> None:
+class FailingHeads(FlakyStore):
+    """Writes only the first head of the commit batch, then fails: a crash half-way through the commit."""
+
+    def upsert(self, points: Sequence[StorePoint]) -> None:
+        if points and points[0].payload.get("kind") == "head":
+            self.inner.upsert(points[:1])
+            raise OSError("fake disk failure")
+        super().upsert(points)
+
+
+# upserts of a 40-document ingest: 2 chunk batches, the records, the heads
+@pytest.mark.parametrize("failing", [lambda s: FlakyStore(s, fail_on_upsert=2), lambda s: FailingHeads(s, -1)])
+def test_a_failed_write_leaves_the_index_as_it_was(
+    store: EdgeStore, handbook_docs: list[Document], failing: Callable[[VectorStore], VectorStore]
+) -> None:
     index = make_index(store)
     index.ingest(handbook_docs[:5])
     before = {d.id: texts(index, d.id) for d in handbook_docs[:5]}
-    counts = (index.count("chunk"), index.count("document"))
-    flaky = FlakyStore(store, fail_on_upsert=2)  # the second write batch of the next ingest fails
+    counts = (index.chunks(), index.documents())
+    flaky = failing(store)
     broken = make_index(flaky)
     changed = [replace(d, text=d.text + "\n\nAppendix: new text.") for d in handbook_docs[:5]]
     with pytest.raises(OSError, match="fake disk failure"):
         broken.ingest(changed + handbook_docs[5:40])
-    assert (index.count("chunk"), index.count("document")) == counts
+    assert (index.chunks(), index.documents()) == counts
     assert {d.id: texts(index, d.id) for d in handbook_docs[:5]} == before
+    assert not [t for t in search_texts(index, "Appendix new text") if "Appendix" in t]
 
 
 @pytest.mark.parametrize(
@@ -189,7 +204,7 @@ def test_bad_batches_change_nothing(store: EdgeStore, docs: list[Document], erro
     index.ingest([V1])
     with pytest.raises(error, match=message):
         index.ingest([V2, *docs] if docs else [])  # a valid replacement of V1 rides along with the bad input
-    assert index.count("document") == 1
+    assert index.documents() == 1
     assert index.get("policy/pw").document == V1
 
 

@@ -23,9 +23,7 @@ def ready(runtime: RuntimeDep) -> Response:
         body = Health(status="error" if runtime.error else "loading", detail=runtime.error)
         return JSONResponse(body.model_dump(), status_code=503, headers={"Retry-After": "5"})
     index = runtime.index
-    return JSONResponse(
-        Health(status="ready", documents=index.count("document"), chunks=index.count("chunk")).model_dump()
-    )
+    return JSONResponse(Health(status="ready", documents=index.documents(), chunks=index.chunks()).model_dump())
 
 
 @router.get("/metrics")
