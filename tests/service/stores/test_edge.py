@@ -1,0 +1,70 @@
+"""The embedded store past its quantisation threshold: int8 scan, float32 rescoring, still the exact answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from service.filters import Clause, Match, MatchAny
+from service.stores.base import DENSE, StorePoint, VectorQuery
+from service.stores.edge import EdgeStore
+
+N, DIM = 4_000, 384  # 4,000 x 1.5 KB of float32 is past the 5,000 KB threshold
+
+
+def _uuid(i: int) -> str:
+    return f"00000000-0000-0000-0000-{i:012d}"
+
+
+def _vectors(n: int, seed: int) -> np.ndarray:
+    x = np.random.default_rng(seed).normal(size=(n, DIM)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _store(path: Path, x: np.ndarray) -> EdgeStore:
+    store = EdgeStore(path)
+    store.ensure_schema(DIM)
+    points = [
+        StorePoint(_uuid(i), {"kind": "chunk", "tenant": "acme" if i % 3 else "globex"}, dense=x[i].tolist())
+        for i in range(len(x))
+    ]
+    for start in range(0, len(points), 1_000):  # in batches, as ingest writes them
+        store.upsert(points[start : start + 1_000])
+    return store
+
+
+def _exact(x: np.ndarray, q: np.ndarray, allowed: np.ndarray, k: int) -> tuple[list[str], np.ndarray]:
+    scores = np.where(allowed, x @ q, -np.inf)
+    order = np.argsort(-scores, kind="stable")[:k]
+    return [_uuid(int(i)) for i in order], scores[order]
+
+
+def test_a_quantised_scan_returns_the_exact_top_k_with_exact_scores(tmp_path: Path) -> None:
+    x = _vectors(N, seed=0)
+    store = _store(tmp_path / "index", x)
+    assert store._open.info().indexed_vectors_count >= 3_000  # the optimiser quantised the large segment
+    acme = np.array([i % 3 != 0 for i in range(N)])
+    for q in _vectors(5, seed=1):
+        hits = store.query([VectorQuery(DENSE, q.tolist(), Clause(must=(Match("tenant", "acme"),)), 50)])[0]
+        ids, scores = _exact(x, q, acme, 50)
+        assert [h.id for h in hits] == ids
+        np.testing.assert_allclose([h.score for h in hits], scores, atol=1e-5)  # rescored on float32
+    store.close()
+
+
+def test_writes_after_quantisation_stay_exact_and_survive_reopen(tmp_path: Path) -> None:
+    x = _vectors(N, seed=2)
+    store = _store(tmp_path / "index", x)
+    store.delete(Clause(must=(MatchAny("tenant", ["globex"]),)))
+    store.upsert([StorePoint(_uuid(N), {"kind": "chunk", "tenant": "acme"}, dense=x[7].tolist())])  # a near twin
+    store.close()
+    store = EdgeStore(tmp_path / "index")
+    store.ensure_schema(DIM)
+    everything = np.array([i % 3 != 0 for i in range(N)] + [True])
+    both = np.vstack([x, x[7:8]])
+    hits = store.query([VectorQuery(DENSE, x[7].tolist(), Clause(), 20)])[0]
+    ids, _ = _exact(both, x[7], everything, 20)
+    assert {h.id for h in hits[:2]} == {_uuid(7), _uuid(N)}
+    assert [h.id for h in hits[2:]] == ids[2:]
+    store.close()
