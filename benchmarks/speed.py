@@ -53,7 +53,7 @@ from service.payload import (
 from service.settings import PACKAGED_MODEL, Settings
 from service.sparse import Bm25Encoder, Bm25Params
 from service.stores.base import StorePoint
-from service.stores.edge import EdgeStore
+from service.stores.edge import DENSE_SEARCH_PARAMS, EdgeStore
 from service.tokenizer import Tokenizer, TokenizerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,13 +177,13 @@ def latency(
 
 def engine_floor(path: Path, queries: np.ndarray) -> tuple[float, float, float]:
     """The bare engine on one unfiltered dense top-100 query (no payload, no embedding, no HTTP), p50 ms two ways:
-    the store's default (int8 scan, top 200 rescored on float32) and a float32 scan (quantisation ignored), and the
-    overlap of their top 100s."""
+    the store's own `DENSE_SEARCH_PARAMS` (int8 scan, top 2x rescored on float32) and a float32 scan (quantisation
+    ignored), and the overlap of their top 100s."""
     import qdrant_edge as qe
 
     shard = qe.EdgeShard.load(str(path))
     params = {
-        "int8": qe.SearchParams(quantization=qe.QuantizationSearchParams(rescore=True, oversampling=2.0)),
+        "int8": DENSE_SEARCH_PARAMS,
         "float32": qe.SearchParams(quantization=qe.QuantizationSearchParams(ignore=True)),
     }
     times: dict[str, list[float]] = {name: [] for name in params}
