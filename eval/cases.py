@@ -188,6 +188,9 @@ def parse_jsonl(text: str, name: str = "<set>", check: Callable[[Case], object] 
         except json.JSONDecodeError as exc:
             errors.append(f"{name}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})")
             continue
+        except RecursionError:
+            errors.append(f"{name}:{lineno}: nested too deep to read; a case needs at most a few levels")
+            continue
         except ValueError as exc:  # EvalError, or the check's
             errors.append(f"{name}:{lineno}: {exc}")
             continue

@@ -100,8 +100,11 @@ def run_set(
     depth: int | None = None,
     params: Mapping[str, Any] | None = None,
     batch_size: int = 64,
+    before_batch: Callable[[int, int], None] | None = None,
 ) -> Run:
-    """Evaluate every case. `depth` (default max k) is how many results to ask for; MRR uses them all."""
+    """Evaluate every case. `depth` (default max k) is how many results to ask for; MRR uses them all.
+    `before_batch(done, total)` is called before each batch of questions: it may report progress, or raise
+    to stop the run (a deadline)."""
     if not cases:
         raise EvalError("the set has no cases")
     if not ks or any(k < 1 or k > MAX_K for k in ks):
@@ -111,6 +114,8 @@ def run_set(
         raise EvalError(f"depth {depth} is below the largest k {max(ks)}")
     results: list[CaseResult] = []
     for start in range(0, len(cases), batch_size):
+        if before_batch is not None:
+            before_batch(start, len(cases))
         batch = cases[start : start + batch_size]
         ranked = retriever.retrieve([Query(c.question, depth, c.filters, unit) for c in batch])
         if len(ranked) != len(batch):

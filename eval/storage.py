@@ -17,6 +17,7 @@ from typing import Any
 
 from eval.cases import Case, Label, dump_jsonl, load_cases, parse_jsonl
 from eval.errors import EvalError, UnknownName
+from eval.faults import crash_point
 from eval.matching import Retrieved
 from eval.runner import CaseResult, Run
 
@@ -43,6 +44,7 @@ def write_atomic(path: Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        crash_point("state:temp-written")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

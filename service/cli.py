@@ -3,9 +3,13 @@
     plumbline serve [--data-dir D] [--host H] [--port P] [--ingest PATH ...]
     plumbline ingest PATH [--url U | --data-dir D]
     plumbline eval run [--url U | --data-dir D] --set S [--k 1 5 10] [--unit doc|chunk] [--baseline B] [--json]
+    plumbline doctor [--data-dir D] [--repair]
 
 `eval run` exits 0 when the gate passes (or no baseline was given), 1 on a regression, 2 on bad input,
-3 on an unexpected error: what a CI job needs.
+3 on an unexpected error: what a CI job needs. `doctor` exits 0 when the index is clean (or was repaired),
+1 when it found problems it left (or could not fix), 2 when the data directory cannot be used (e.g. a
+server holds it). Every command that opens a data directory takes its lock first, and a refused one
+exits 2 having touched nothing.
 """
 
 from __future__ import annotations
@@ -88,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--save-run", type=Path, help="also write the run record to this file")
     run.add_argument("--json", action="store_true", help="print the report as JSON")
     run.set_defaults(func=_eval_run)
+
+    doctor = sub.add_parser("doctor", help="check a data directory offline (the server must be stopped)")
+    _data_dir(doctor)
+    doctor.add_argument("--repair", action="store_true", help="fix what can be fixed, and say what was done")
+    doctor.set_defaults(func=_doctor)
     return p
 
 
@@ -105,10 +114,46 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.api.app import create_app
+    from service.errors import DataDirLocked, DataDirUnavailable
 
     app = create_app(_settings(args), preload=tuple(args.ingest))
+    try:  # refused here, before any port is bound, if another process holds the data directory
+        app.state.runtime.lock.acquire()
+    except DataDirLocked:
+        raise
+    except DataDirUnavailable:
+        pass  # e.g. read-only: serve, and let readiness say why nothing works
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return EXIT_OK
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from service import integrity
+    from service.errors import IndexMismatch
+    from service.runtime import Runtime, build_store
+
+    runtime = Runtime(_settings(args))
+    runtime.lock.acquire()
+    try:
+        try:
+            runtime.warm_up(check=False)
+        except IndexMismatch as exc:  # report it with the rest, from the bare store
+            store = build_store(runtime.settings)
+            try:
+                found = after = integrity.check(store, manifest=str(exc))
+            finally:
+                store.close()
+            done: list[str] = []
+        else:
+            found, done = runtime.index.check(repair=args.repair)
+            after = runtime.index.check()[0] if done else found
+    finally:
+        runtime.close()
+    print("\n".join(found.lines()))
+    for action in done:
+        print(f"repaired: {action}")
+    print("clean" if after.clean else "problems left" + ("" if args.repair else ": run with --repair to fix them"))
+    return EXIT_OK if after.clean else EXIT_REGRESSION
 
 
 def _ingest(args: argparse.Namespace) -> int:

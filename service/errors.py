@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class PlumblineError(Exception):
     """Base class: the message says what went wrong and what to do about it."""
@@ -25,3 +27,40 @@ class NotReady(PlumblineError):
 
 class IndexMismatch(PlumblineError):
     """The data directory was built with another model or analyzer than the settings ask for."""
+
+
+class StoreUnavailable(PlumblineError):
+    """The engine cannot serve or refused a write (HTTP 503); the message carries no file paths."""
+
+
+class InsufficientStorage(PlumblineError):
+    """The disk holding the data directory is (nearly) full (HTTP 507); nothing was written."""
+
+
+class Busy(PlumblineError):
+    """Too many requests of one kind are in flight (HTTP 429 with Retry-After)."""
+
+
+class TimedOut(PlumblineError):
+    """A request ran past its time limit (HTTP 504); what it would have written was not written."""
+
+
+class DataDirUnavailable(PlumblineError):
+    """The data directory cannot be used: not writable (the service stays up and answers 503 saying so)."""
+
+
+class DataDirLocked(DataDirUnavailable):
+    """Another process holds the data directory (the process exits, having touched nothing)."""
+
+
+_PATH = re.compile(r"(?<![\w.~-])(?:/[^\s'\":,;()\[\]{}]+)+/?")
+
+
+def public(message: str) -> str:
+    """`message` with absolute file paths replaced by `<path>`: logs keep paths, responses never show them.
+
+    Example:
+        >>> public("Can't open /var/lib/plumbline/index/wal/open-1: No space left on device")
+        "Can't open <path>: No space left on device"
+    """
+    return _PATH.sub("<path>", message)

@@ -7,6 +7,7 @@ behind `/search`; overrides are the same fields a `/search` request takes.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -14,12 +15,14 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from eval.faults import crash_point
 from eval.gate import GateConfig, GateResult, compare
 from eval.matching import Retrieved, Unit
 from eval.present import gate_json
 from eval.report import Report, build_report
 from eval.runner import Query, Run, run_set
 from eval.storage import RunStore, SetStore
+from service.errors import Busy, TimedOut
 from service.filters import FilterSpec
 from service.pipeline import SearchParams, SearchPipeline
 
@@ -64,12 +67,30 @@ class Evaluation:
 
 
 class EvalService:
-    """Runs, stores and gates evaluations; remembers the latest per set for the Prometheus gauges."""
+    """Runs, stores and gates evaluations; remembers the latest per set for the Prometheus gauges.
 
-    def __init__(self, sets: SetStore, runs: RunStore, parse_filters: FilterParser) -> None:
+    At most `max_concurrent` runs at once (another one is refused with `Busy` at once rather than queued:
+    a run holds a worker thread and the model for its whole length), each stopped with `TimedOut` between
+    two batches of questions once it has run `timeout` seconds.
+    """
+
+    def __init__(
+        self,
+        sets: SetStore,
+        runs: RunStore,
+        parse_filters: FilterParser,
+        *,
+        max_concurrent: int = 2,
+        timeout: float = 600.0,
+        reserve_space: Callable[[int], None] = lambda _: None,
+    ) -> None:
         self.sets = sets
         self.runs = runs
+        self.reserve_space = reserve_space  # raises InsufficientStorage before a write the disk cannot take
         self.parse_filters = parse_filters
+        self.max_concurrent = max_concurrent
+        self.timeout = timeout
+        self._slots = threading.BoundedSemaphore(max_concurrent)
         self._latest: dict[str, Evaluation] | None = None  # restored from disk on first use
         self._lock = threading.Lock()
 
@@ -88,19 +109,46 @@ class EvalService:
         cases = self.sets.get(set_name)
         reference = self.runs.baseline(baseline) if baseline else None  # fail fast, before the run
         retriever = PipelineRetriever(pipeline, base, self.parse_filters)
-        run = run_set(cases, retriever, set_name=set_name, ks=ks, unit=unit, params=params_record)
+        if not self._slots.acquire(blocking=False):
+            raise Busy(f"{self.max_concurrent} evaluation run(s) are already in progress, the limit; retry later")
+        try:
+            run = run_set(
+                cases,
+                retriever,
+                set_name=set_name,
+                ks=ks,
+                unit=unit,
+                params=params_record,
+                before_batch=self._deadline(time.monotonic() + self.timeout),
+            )
+        finally:
+            self._slots.release()
         gate = compare(run, reference, gate_config) if reference else None
         if gate is not None:
             run = replace(run, gate=gate_json(gate))  # kept with the run: the gauge survives a restart
+        self.reserve_space(4096 * len(run.cases))
         self.runs.save(run)
         evaluation = Evaluation(run, build_report(run), gate)
         with self._lock:
             self._restore()[set_name] = evaluation
         return evaluation
 
+    def _deadline(self, at: float) -> Callable[[int, int], None]:
+        def check(done: int, total: int) -> None:
+            if time.monotonic() > at:
+                raise TimedOut(
+                    f"the evaluation stopped after {done} of {total} cases: it ran past its limit of {self.timeout:g} "
+                    "s (PLUMBLINE_EVAL_TIMEOUT_SECONDS); evaluate a smaller set, or use `plumbline eval run`"
+                )
+
+        return check
+
     def put_set(self, name: str, text: str) -> int:
         """Replace a labelled set; every case's filters must be ones /search accepts (else 422, by line)."""
-        return len(self.sets.put(name, text, check=lambda case: self.parse_filters(case.filters)))
+        self.reserve_space(2 * len(text.encode()))
+        cases = self.sets.put(name, text, check=lambda case: self.parse_filters(case.filters))
+        crash_point("set:written")
+        return len(cases)
 
     def latest(self) -> dict[str, Evaluation]:
         with self._lock:

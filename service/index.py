@@ -7,7 +7,10 @@ committed generation; readers use only that generation, see `service.candidates`
 older generations. A reader therefore sees the old version
 or the new one, never a mix, at every moment and after a crash at any step; a failed write deletes what
 it wrote and re-raises. Leftovers of a crash are removed the next time the batch holding that document
-is ingested, changed or not.
+is ingested, changed or not, and by the integrity check on start (`service.integrity`). Every ingest, changed
+or not, also recomputes the effective status of the documents it names, so a crash between a commit and its
+status update is mended by re-sending either document. `crash_point`s mark each write step for the
+kill-point tests.
 """
 
 from __future__ import annotations
@@ -18,14 +21,15 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 
-from service import supersession
+from eval.faults import crash_point
+from service import integrity, supersession
 from service.chunking import Chunker
 from service.domain import Chunk, DocStatus, Document
 from service.embedding import Embedder
-from service.errors import IndexMismatch, InvalidRequest, NotFound, PayloadTooLarge
+from service.errors import IndexMismatch, InvalidRequest, NotFound, PayloadTooLarge, StoreUnavailable
 from service.filters import Clause, Match, MatchAny, NumberRange, of_kind
 from service.payload import (
     MANIFEST_ID,
@@ -43,7 +47,7 @@ from service.stores.base import StorePoint, VectorStore
 from service.tokenizer import Tokenizer, TokenizerConfig
 
 log = logging.getLogger("plumbline")
-DOC_ID = re.compile(r"^[^\x00-\x1f\x7f#]{1,512}$")
+DOC_ID = re.compile(r"^[^\x00-\x1f\x7f-\x9f#]{1,512}$")  # no C0 or C1 control characters, no '#'
 WRITE_BATCH = 256
 
 
@@ -122,11 +126,14 @@ class Index:
         *,
         measure_avg_len: bool = True,
         limits: IndexLimits | None = None,
+        reserve_space: Callable[[int], None] | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
         self.chunker = chunker
         self.limits = limits or IndexLimits()
+        # called with the bytes a write is about to add; raises InsufficientStorage when the disk cannot take them
+        self._reserve_space = reserve_space or (lambda _: None)
         self._write_lock = threading.Lock()
         self._last_gen = 0
         store.ensure_schema(embedder.dimension)
@@ -137,20 +144,27 @@ class Index:
         self._wanted = wanted
         self._measure = measure_avg_len
         self.encoder = Bm25Encoder(Tokenizer(tokenizer), self.manifest.bm25 if self.manifest else bm25)
+        self.sizes = self._count()
 
     def ingest(self, docs: Sequence[Document]) -> IngestResult:
         docs = self._validated(docs)
         with self._write_lock:
+            cycle = supersession.cycle(self.store, docs)
+            if cycle:
+                raise InvalidRequest(f"supersedes would make a cycle: {' -> '.join(map(repr, cycle))}")
             known = self._records([d.id for d in docs])
             fingerprints = {d.id: self._fingerprint(d) for d in docs}
             todo = [d for d in docs if d.id not in known or known[d.id].fingerprint != fingerprints[d.id]]
             self._remove_leftovers({d.id: known[d.id].gen for d in docs if d not in todo})
             if not todo:
+                self._reserve_space(len(docs) * 1024)
+                supersession.refresh(self.store, self._affected(docs, known))
                 return IngestResult(len(docs), 0, len(docs))
             chunked = [(d, self.chunker.chunk(d)) for d in todo]
             for doc, chunks in chunked:
                 if not chunks:
                     raise InvalidRequest(f"document {doc.id!r} has no text to index after parsing")
+            self._reserve_space(self._disk_estimate(chunked))  # before the model's work, which would be wasted
             manifest = self.manifest or self._measured([c for _, cs in chunked for c in cs])
             encoder = Bm25Encoder(self.encoder.tokenizer, manifest.bm25)
             gen = self._next_generation()
@@ -166,19 +180,32 @@ class Index:
             try:
                 for start in range(0, len(points), WRITE_BATCH):
                     self.store.upsert(points[start : start + WRITE_BATCH])
+                    crash_point("ingest:chunks-written")
                 self.store.upsert(records)
+                crash_point("ingest:records-written")
                 self.store.upsert(heads)  # the commit: from here on readers see this generation
+                crash_point("ingest:committed")
             except Exception:
                 self._roll_back(ids, gen, known)
+                self._recount()
                 raise
             self.manifest, self.encoder = manifest, encoder
-            named = {d.supersedes for d in todo} | {known[i].supersedes for i in ids if i in known}
             try:  # committed: readers ignore the old generation already; the next ingest retries both
                 self.store.delete(Clause(must=(MatchAny("doc_id", ids), NumberRange("gen", lt=gen))))
-                supersession.refresh(self.store, {n for n in named if n})
+                crash_point("ingest:old-deleted")
+                supersession.refresh(self.store, self._affected(todo, known))
+                crash_point("ingest:statuses-set")
             except Exception:
                 log.warning("cleanup after ingesting %d document(s) failed", len(ids), exc_info=True)
+            self._recount()
         return IngestResult(len(docs), len(points), len(docs) - len(todo))
+
+    @staticmethod
+    def _affected(docs: Sequence[Document], known: dict[str, _Record]) -> set[str]:
+        """Documents whose effective status a write of `docs` may change: they themselves (someone may
+        supersede them) and what they, or their previous versions, name."""
+        named = {d.supersedes for d in docs} | {known[d.id].supersedes for d in docs if d.id in known}
+        return {d.id for d in docs} | {n for n in named if n}
 
     def _roll_back(self, ids: tuple[str, ...], gen: int, known: dict[str, _Record]) -> None:
         """Delete what the failed write wrote (new heads included) and put back the heads it replaced."""
@@ -199,9 +226,12 @@ class Index:
         """Remove every point of the document; the number of chunks it had."""
         stored = self.get(doc_id)
         with self._write_lock:
+            self._reserve_space(len(stored.chunks) * 1024)
             self.store.delete(Clause(must=(Match("doc_id", doc_id),)))
+            crash_point("delete:points-deleted")
             if stored.document.supersedes:  # what it retired may be current again
                 supersession.refresh(self.store, [stored.document.supersedes])
+            self._recount()
         return len(stored.chunks)
 
     def get(self, doc_id: str) -> StoredDocument:
@@ -210,7 +240,12 @@ class Index:
             raise NotFound(f"no document with id {doc_id!r}")
         gen = int(heads[0].payload["gen"])
         where = Clause(must=(Match("kind", "document"), Match("doc_id", doc_id), Match("gen", gen)))
-        record = self.store.scroll(where, limit=1)[0].payload
+        found = self.store.scroll(where, limit=1)
+        if not found:
+            raise StoreUnavailable(
+                f"document {doc_id!r} is damaged: run `plumbline doctor --repair`, then re-ingest it"
+            )
+        record = found[0].payload
         points = self.store.scroll(
             Clause(must=(Match("kind", "chunk"), Match("doc_id", doc_id), Match("gen", gen))),
             limit=int(record["chunks"]) + 1,
@@ -219,12 +254,40 @@ class Index:
         return StoredDocument(document_from_payload(record), tuple(chunks), gen, heads[0].payload.get("superseded_by"))
 
     def documents(self) -> int:
-        """Documents committed (one head each)."""
-        return self.store.count(of_kind("head"))
+        """Documents committed (one head each), as counted after the last write."""
+        return self.sizes["document"]
 
     def chunks(self) -> int:
-        """Chunk points in the engine (a crash's invisible leftovers included until they are removed)."""
-        return self.store.count(of_kind("chunk"))
+        """Chunk points (a crash's invisible leftovers included until removed), as counted after the last write."""
+        return self.sizes["chunk"]
+
+    def _count(self) -> dict[str, int]:
+        # counted after each write, so that health checks and scrapes never wait on the engine
+        return {"document": self.store.count(of_kind("head")), "chunk": self.store.count(of_kind("chunk"))}
+
+    def _recount(self) -> None:
+        try:
+            self.sizes = self._count()
+        except StoreUnavailable:
+            log.warning("could not count the index after a write", exc_info=True)
+
+    def check(
+        self, *, grace: float = 0.0, repair: bool = False, everything: bool = True
+    ) -> tuple[integrity.Report, list[str]]:
+        """The integrity check (`service.integrity`) with writes held off; with `repair`, also fix what it found
+        (all of it, or only leftovers and statuses: see `integrity.repair`), in a few rounds, since removing an
+        unreadable head turns its chunks into leftovers. The first report, and what was done."""
+        with self._write_lock:
+            found = report = integrity.check(self.store, grace=grace)
+            done: list[str] = []
+            for _ in range(3):
+                actions = integrity.repair(self.store, report, everything=everything) if repair else []
+                if not actions:
+                    break
+                done += actions
+                report = integrity.check(self.store, grace=grace)
+            self._recount()
+        return found, done
 
     def _validated(self, docs: Sequence[Document]) -> list[Document]:
         if not docs:
@@ -237,13 +300,17 @@ class Index:
         out = []
         for n, doc in enumerate(docs):
             where = f"documents[{n}]"
-            if not DOC_ID.match(doc.id or ""):
-                raise InvalidRequest(f"{where}: id must be 1-512 characters without control characters or '#'")
+            if not DOC_ID.match(doc.id or "") or not doc.id.strip():
+                raise InvalidRequest(
+                    f"{where}: id must be 1-512 characters, not all spaces, without control characters or '#'"
+                )
             if doc.id in seen:
                 raise InvalidRequest(f"{where}: id {doc.id!r} appears twice in the batch")
             seen.add(doc.id)
-            if not doc.text.strip():
-                raise InvalidRequest(f"{where} ({doc.id!r}): text is empty")
+            if not any(ch.isprintable() and not ch.isspace() for ch in doc.text):
+                raise InvalidRequest(f"{where} ({doc.id!r}): text is empty (it has no visible character)")
+            if doc.supersedes == doc.id:
+                raise InvalidRequest(f"{where} ({doc.id!r}): a document cannot supersede itself")
             if len(doc.text) > self.limits.max_document_chars:
                 raise PayloadTooLarge(
                     f"{where} ({doc.id!r}): text has {len(doc.text)} characters; "
@@ -281,6 +348,14 @@ class Index:
             for doc, chunks in chunked
         ]
         return points, records
+
+    def _disk_estimate(self, chunked: list[tuple[Document, list[Chunk]]]) -> int:
+        """About the bytes a write adds: per chunk its float32 and int8 vectors, BM25 entries (8 bytes a
+        character, generously) and payload; per document its record and head, the text counted again."""
+        per_chunk = 5 * self.embedder.dimension + 1024
+        return sum(
+            len(doc.text) * 2 + 2048 + sum(per_chunk + 9 * len(c.text) for c in chunks) for doc, chunks in chunked
+        )
 
     def _next_generation(self) -> int:
         # Microseconds: exact in the engine's float64 range conditions, and monotonic in this process.

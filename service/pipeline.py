@@ -15,7 +15,7 @@ import datetime as dt
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from service import fusion
 from service.candidates import TIE_MARGIN, Candidates
@@ -26,7 +26,7 @@ from service.filters import Clause, FilterSpec, HasId, build_filter
 from service.payload import head_point_id, hit_from_payload
 from service.rerank import Reranker
 from service.sparse import Bm25Encoder, SparseVector
-from service.stores.base import DENSE, SPARSE, VectorName, VectorQuery, VectorStore
+from service.stores.base import DENSE, SPARSE, ScoredPoint, VectorName, VectorQuery, VectorStore
 
 RERANK_OFF = "rerank was requested but no cross-encoder is configured (set PLUMBLINE_RERANK_MODEL); not reranked"
 
@@ -160,6 +160,7 @@ class SearchPipeline:
             results = self.store.query([r for _, _, r in requests])
         with timer("generations"):
             committed = self._committed({p.payload["doc_id"] for points in results for p in points})
+            self._refill([r for _, _, r in requests], results, committed)
         candidates = [Candidates() for _ in queries]
         for (i, using, _), points in zip(requests, results, strict=True):
             candidates[i].add(using, points, committed, params[i].candidates)
@@ -171,6 +172,25 @@ class SearchPipeline:
         ]
         timer.ms["total"] = round((time.perf_counter() - total_start) * 1000, 3)
         return [SearchResult(r.hits, dict(timer.ms), r.params, r.reranked, r.warnings) for r in out]
+
+    def _refill(self, requests: list[VectorQuery], results: list[list[ScoredPoint]], committed: dict[str, int]) -> None:
+        """Ask again, twice as deep, for each list the engine filled to its limit but that lost candidates to
+        uncommitted generations (a crash's leftovers, a write in flight), until it is whole or the engine runs
+        out: such points never cost a search its hits. In place; `committed` grows with the new documents."""
+        depth = [q.limit for q in requests]
+        for _ in range(MAX_REFILLS):
+            short = [
+                j
+                for j, (q, points) in enumerate(zip(requests, results, strict=True))
+                if len(points) >= depth[j] and _live(points, committed) < q.limit
+            ]
+            if not short:
+                return
+            deeper = [replace(requests[j], limit=2 * depth[j]) for j in short]
+            for j, q, points in zip(short, deeper, self.store.query(deeper), strict=True):
+                depth[j], results[j] = q.limit, points
+            seen = {p.payload["doc_id"] for j in short for p in results[j]} - committed.keys()
+            committed.update(self._committed(seen))
 
     def _committed(self, doc_ids: set[str]) -> dict[str, int]:
         """The committed generation of each document, read from its head by id (see `candidates`)."""
@@ -246,6 +266,13 @@ class SearchPipeline:
             c = candidates[i]
             scores = {sp.payload["chunk_id"]: sp.score for sp in points}
             c.rescored[using] = {k: scores.get(k, 0.0) for k in c.union}
+
+
+MAX_REFILLS = 10  # each doubles the depth: up to 1024 times the asked-for depth
+
+
+def _live(points: Sequence[ScoredPoint], committed: Mapping[str, int]) -> int:
+    return sum(committed.get(p.payload["doc_id"]) == int(p.payload["gen"]) for p in points)
 
 
 def _rerank(

@@ -1,13 +1,15 @@
 """Wiring: build the components from Settings, warm them up, and report readiness.
 
-`warm_up()` loads the models and opens the store (and ingests any preload folders); until it has
-finished, `index` and `pipeline` raise `NotReady` and `/health/ready` answers 503. Tests inject fakes
-through `Components` instead of patching.
+`warm_up()` takes the data directory's lock, loads the models, opens the store, runs the integrity check
+(logging what it finds, repairing leftovers and statuses unless `repair_on_start` is off) and ingests any
+preload folders; until it has finished, `index` and `pipeline` raise `NotReady` and `/health/ready` answers
+503, as it does whenever the store refuses writes. Tests inject fakes through `Components` instead of patching.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,8 +18,9 @@ from pathlib import Path
 from eval.storage import RunStore, SetStore
 from service.api.convert import parse_filters
 from service.chunking import Chunker, ChunkerConfig
+from service.datadir import DataDirLock
 from service.embedding import Embedder, SentenceTransformerEmbedder
-from service.errors import NotReady
+from service.errors import DataDirLocked, DataDirUnavailable, InsufficientStorage, NotReady, public
 from service.evaluation import EvalService
 from service.index import Index, IndexLimits
 from service.loaders import iter_documents
@@ -90,8 +93,14 @@ class Runtime:
         self.metrics = metrics
         self.preload = preload
         self.error: str | None = None
+        self.lock = DataDirLock(settings.data_dir)
         self.evals = EvalService(
-            SetStore(settings.sets_dir), RunStore(settings.runs_dir, settings.baselines_dir), parse_filters
+            SetStore(settings.sets_dir),
+            RunStore(settings.runs_dir, settings.baselines_dir),
+            parse_filters,
+            max_concurrent=settings.max_concurrent_evals,
+            timeout=settings.eval_timeout_seconds,
+            reserve_space=self.reserve_space,
         )
         self._index: Index | None = None
         self._pipeline: SearchPipeline | None = None
@@ -101,6 +110,24 @@ class Runtime:
     @property
     def ready(self) -> bool:
         return self._ready.is_set()
+
+    def unready_reason(self) -> str | None:
+        """Why the service should get no traffic now (loading, a failed start, a store refusing writes), or
+        None; safe to show (no file paths). Reads flags only: it never waits on the engine."""
+        if not self.ready:
+            return public(self.error) if self.error else None
+        return self._index.store.health() if self._index is not None else None
+
+    def reserve_space(self, needed: int) -> None:
+        """Refuse a write of `needed` bytes that would leave under `min_free_disk_mb` on the data directory's disk."""
+        free = shutil.disk_usage(self.settings.data_dir).free
+        reserve = self.settings.min_free_disk_mb * 2**20
+        if free - needed < reserve:
+            raise InsufficientStorage(
+                f"the disk holding the data directory has {free / 2**20:.1f} MB free; this write needs about "
+                f"{needed / 2**20:.1f} MB and {self.settings.min_free_disk_mb} MB must stay free "
+                "(PLUMBLINE_MIN_FREE_DISK_MB): free some space or move the data directory. Nothing was written."
+            )
 
     @property
     def index(self) -> Index:
@@ -115,8 +142,18 @@ class Runtime:
         return self._pipeline
 
     def start(self) -> None:
-        """Warm up in a background thread, so liveness answers while models load (no-op once warm)."""
-        if self.ready or self._thread is not None:
+        """Take the data directory's lock (raising `DataDirLocked` if another process holds it), then warm
+        up in a background thread, so liveness answers while models load (no-op once warm). A directory that
+        cannot be written leaves the service up but never ready, its readiness saying why."""
+        if self.ready or self._thread is not None or self.error:
+            return
+        try:
+            self.lock.acquire()
+        except DataDirLocked:
+            raise
+        except DataDirUnavailable as exc:
+            self.error = str(exc)
+            log.error("%s", exc)
             return
         self._thread = threading.Thread(target=self._warm_up_logged, name="plumbline-warm-up", daemon=True)
         self._thread.start()
@@ -133,8 +170,11 @@ class Runtime:
             self.error = f"warm-up failed: {exc}"
             log.exception("warm-up failed")
 
-    def warm_up(self) -> None:
+    def warm_up(self, *, check: bool = True) -> None:
+        """Take the lock, load the models, open the store, run the integrity check (unless `check` is off:
+        `plumbline doctor` runs its own), ingest the preload folders, then turn ready."""
         s = self.settings
+        self.lock.acquire()
         if s.torch_threads:
             import torch
 
@@ -153,7 +193,14 @@ class Runtime:
             Bm25Params(k1=s.bm25_k1, b=s.bm25_b, avg_len=s.bm25_avg_len or 1.0),
             measure_avg_len=s.bm25_avg_len is None,
             limits=IndexLimits(s.max_batch_documents, s.max_document_chars),
+            reserve_space=self.reserve_space if s.backend == "edge" else None,
         )
+        if check:
+            grace = 0.0 if s.backend == "edge" else 3600.0  # a shared server may have writes in flight
+            found, done = index.check(repair=s.repair_on_start, everything=False, grace=grace)
+            log.info("integrity check: %s", "; ".join(found.lines()) + (" (clean)" if found.clean else ""))
+            for action in done:
+                log.warning("integrity repair: %s", action)
         for folder in self.preload:
             docs = list(iter_documents(folder))
             for start in range(0, len(docs), s.max_batch_documents):
@@ -169,6 +216,7 @@ class Runtime:
             observe_stage=self.metrics.observe_stage if self.metrics else None,
         )
         self._ready.set()
+        log.info("ready: %d documents, %d chunks", index.documents(), index.chunks())
         if self.metrics:
             self.metrics.ready.set(1)
 
@@ -176,5 +224,8 @@ class Runtime:
         self._ready.clear()
         if self.metrics:
             self.metrics.ready.set(0)
-        if self._index is not None:
-            self._index.store.close()
+        try:
+            if self._index is not None:
+                self._index.store.close()
+        finally:
+            self.lock.release()

@@ -73,6 +73,21 @@ class Settings(BaseSettings):
     max_document_chars: int = Field(2_000_000, ge=1)
     max_request_bytes: int = Field(64 * 1024 * 1024, ge=1024)
 
+    min_free_disk_mb: int = Field(
+        256,
+        ge=0,
+        description="writes are refused with 507 when they would leave less free space on the data directory's "
+        "disk: the engine writes through memory maps, and running out of disk there kills the process",
+    )
+    repair_on_start: bool = Field(
+        True, description="remove crash leftovers and correct supersession statuses at start (see plumbline doctor)"
+    )
+
+    # overload
+    max_concurrent_evals: int = Field(2, ge=1, description="eval runs at once; more get 429 with Retry-After")
+    eval_timeout_seconds: float = Field(600, gt=0, description="an eval run stops with 504 past this")
+    search_timeout_seconds: float = Field(30, gt=0, description="a search answers 504 past this")
+
     # evaluation
     eval_sets_dir: Path | None = Field(None, description="writable labelled sets; default DATA_DIR/eval/sets")
 

@@ -86,5 +86,14 @@ class FlakyStore:
     def count(self, where: Clause) -> int:
         return self.inner.count(where)
 
+    def page(self, offset: str | None, limit: int, fields: Sequence[str]) -> tuple[list[ScoredPoint], str | None]:
+        return self.inner.page(offset, limit, fields)
+
+    def purge(self, ids: Sequence[str]) -> None:
+        self.inner.purge(ids)
+
+    def health(self) -> str | None:
+        return self.inner.health()
+
     def close(self) -> None:
         self.inner.close()

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from service.api import errors
 from service.api.routes import documents, evaluation, health, search
+from service.api.schemas import ERROR_RESPONSES
 from service.evaluation import EvalGaugeCollector
 from service.observability import IndexSizeCollector, ServiceMetrics
 from service.runtime import Components, Runtime
@@ -51,6 +52,7 @@ def create_app(
         version="0.1.0",
         summary="Hybrid retrieval that measures itself.",
         lifespan=lifespan,
+        responses=ERROR_RESPONSES,
     )
     app.state.runtime = runtime
     app.state.registry = registry
@@ -89,5 +91,4 @@ def create_app(
 def _counts(runtime: Runtime) -> dict[str, int] | None:
     if not runtime.ready:
         return None
-    index = runtime.index
-    return {"chunk": index.chunks(), "document": index.documents()}
+    return dict(runtime.index.sizes)

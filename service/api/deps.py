@@ -6,13 +6,16 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from service.evaluation import EvalService
 from service.index import Index
 from service.pipeline import SearchPipeline
 from service.runtime import Runtime
 from service.settings import Settings
 
 
-def get_runtime(request: Request) -> Runtime:
+# `async def`: FastAPI runs plain functions in its worker threads, and a health check must not wait for a
+# free worker while eval runs and searches hold them all.
+async def get_runtime(request: Request) -> Runtime:
     runtime: Runtime = request.app.state.runtime
     return runtime
 
@@ -20,18 +23,25 @@ def get_runtime(request: Request) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
-def get_settings(runtime: RuntimeDep) -> Settings:
+async def get_settings(runtime: RuntimeDep) -> Settings:
     return runtime.settings
 
 
-def get_index(runtime: RuntimeDep) -> Index:
+async def get_index(runtime: RuntimeDep) -> Index:
     return runtime.index
 
 
-def get_pipeline(runtime: RuntimeDep) -> SearchPipeline:
+async def get_pipeline(runtime: RuntimeDep) -> SearchPipeline:
     return runtime.pipeline
+
+
+async def get_evals(runtime: RuntimeDep) -> EvalService:
+    """The eval service for writes: only once the runtime is up, i.e. holds the data directory's lock."""
+    runtime.index  # noqa: B018 (raises NotReady until warm-up has finished)
+    return runtime.evals
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 IndexDep = Annotated[Index, Depends(get_index)]
 PipelineDep = Annotated[SearchPipeline, Depends(get_pipeline)]
+EvalsDep = Annotated[EvalService, Depends(get_evals)]

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from eval.errors import EvalError, UnknownName
 from service.errors import (
+    Busy,
     IndexMismatch,
+    InsufficientStorage,
     InvalidRequest,
     NotFound,
     NotReady,
     PayloadTooLarge,
     PlumblineError,
+    StoreUnavailable,
+    TimedOut,
+    public,
 )
 
 log = logging.getLogger("plumbline")
@@ -26,10 +34,18 @@ STATUS: list[tuple[type[Exception], int]] = [
     (UnknownName, 404),
     (EvalError, 422),
     (PayloadTooLarge, 413),
+    (Busy, 429),
     (NotReady, 503),
+    (StoreUnavailable, 503),
+    (InsufficientStorage, 507),
+    (TimedOut, 504),
     (IndexMismatch, 409),
     (PlumblineError, 500),
 ]
+RETRY_AFTER = {429: "10", 503: "5"}
+# OSError from our own file writes (labelled sets, runs): the disk, not the request, is at fault
+DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
+READ_ONLY = {errno.EROFS, errno.EACCES, errno.EPERM}
 
 
 def status_of(exc: Exception) -> int:
@@ -48,11 +64,33 @@ def validation_message(exc: RequestValidationError) -> str:
     messages = []
     for err in exc.errors():
         where = _location(tuple(err.get("loc", ())))
-        if err.get("type") == "extra_forbidden":
+        if err.get("type") == "json_invalid":
+            messages.append(_json_error(err, exc.body))
+        elif where == "body" and isinstance(err.get("input"), bytes | str):  # not parsed: not sent as JSON
+            messages.append("body: send a JSON object with the header Content-Type: application/json")
+        elif err.get("type") == "extra_forbidden":
             messages.append(f"{where}: unknown field; check the spelling against the API docs at /docs")
         else:
             messages.append(f"{where}: {err.get('msg', 'invalid')}")
     return "; ".join(messages)
+
+
+def _json_error(err: Any, body: Any) -> str:
+    """Where a body stops being JSON, as line and column, and what the parser expected there."""
+    pos = err["loc"][-1] if isinstance(err["loc"][-1], int) else 0
+    text = body if isinstance(body, str) else ""
+    line = text.count("\n", 0, pos) + 1
+    column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    expected = err.get("ctx", {}).get("error", "invalid JSON")
+    return f"the body is not valid JSON: {expected} at line {line}, column {column}"
+
+
+def _respond(code: int, message: str) -> JSONResponse:
+    if code >= 500:
+        log.error("request failed (%d): %s", code, message)
+        message = public(message)
+    headers = {"Retry-After": RETRY_AFTER[code]} if code in RETRY_AFTER else None
+    return JSONResponse({"detail": message}, status_code=code, headers=headers)
 
 
 def install(app: FastAPI) -> None:
@@ -63,8 +101,18 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(PlumblineError)
     @app.exception_handler(EvalError)
     async def _domain(_: Request, exc: Exception) -> JSONResponse:
-        code = status_of(exc)
-        if code >= 500:
-            log.error("request failed: %s", exc)
-        headers = {"Retry-After": "5"} if code == 503 else None
-        return JSONResponse({"detail": str(exc)}, status_code=code, headers=headers)
+        return _respond(status_of(exc), str(exc))
+
+    @app.exception_handler(OSError)
+    async def _disk(_: Request, exc: OSError) -> JSONResponse:
+        if exc.errno in DISK_FULL:
+            return _respond(507, "the disk is full (no space left on device): free some space. Nothing was written.")
+        if exc.errno in READ_ONLY:
+            return _respond(503, f"the data directory cannot be written: {exc.strerror}")
+        return _respond(500, f"internal error: {exc}")
+
+    @app.exception_handler(HTTPException)
+    async def _http(_: Request, exc: HTTPException) -> JSONResponse:
+        if isinstance(exc.__cause__, RecursionError):  # FastAPI's JSON parsing gave up
+            return _respond(400, "the body is nested too deep to read: no field of this API nests more than 8 levels")
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)

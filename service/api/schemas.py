@@ -7,14 +7,22 @@ not a silently ignored filter.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
 from service.domain import DocFormat, DocStatus, FusionMethod, Hit, Mode, StageScore
 
 INT64 = 2**63
+# Metadata is stored in every chunk's payload, and the engine cannot read back a payload nested deeper than
+# about 127 levels: one such document made its points unreadable and undeletable (see `plumbline doctor`).
+# Nothing a filter can match needs more than a few levels, so the limits are far below the engine's.
+MAX_METADATA_DEPTH = 8
+MAX_METADATA_BYTES = 64 * 1024
+DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 def _valid_text(value: str) -> str:
@@ -32,8 +40,14 @@ def _utc(value: dt.datetime) -> dt.datetime:
         raise ValueError("is out of range once converted to UTC (years 1 to 9999)") from None
 
 
-def _json_value(value: Any, where: str = "metadata") -> Any:
-    """Metadata values as the engine can store them: finite numbers, 64-bit integers, valid text."""
+def _date_only_is_midnight_utc(value: Any) -> Any:
+    """`2026-01-01` means 2026-01-01T00:00:00Z, as it does in front matter (`service.loaders`)."""
+    return f"{value}T00:00:00Z" if isinstance(value, str) and DATE_ONLY.match(value) else value
+
+
+def _json_value(value: Any, where: str = "metadata", depth: int = 1) -> Any:
+    """Metadata values as the engine can store them: finite numbers, 64-bit integers, valid text, and
+    objects or lists nested at most `MAX_METADATA_DEPTH` levels (the top-level object is level 1)."""
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int) and not -INT64 <= value < INT64:
@@ -42,16 +56,26 @@ def _json_value(value: Any, where: str = "metadata") -> Any:
         raise ValueError(f"{where}: {value} is not a finite number")
     if isinstance(value, str):
         return _valid_text(value)
+    if isinstance(value, list | dict) and depth > MAX_METADATA_DEPTH:
+        raise ValueError(f"{where}: nested too deep; metadata may nest objects and lists {MAX_METADATA_DEPTH} levels")
     if isinstance(value, list):
-        return [_json_value(v, where) for v in value]
+        return [_json_value(v, where, depth + 1) for v in value]
     if isinstance(value, dict):
-        return {_valid_text(str(k)): _json_value(v, f"{where}.{k}") for k, v in value.items()}
+        return {_valid_text(str(k)): _json_value(v, f"{where}.{k}", depth + 1) for k, v in value.items()}
     return value
 
 
+def _metadata(value: dict[str, Any]) -> dict[str, Any]:
+    checked: dict[str, Any] = _json_value(value)
+    size = len(json.dumps(checked, ensure_ascii=False).encode())
+    if size > MAX_METADATA_BYTES:
+        raise ValueError(f"is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}: keep large data in the text")
+    return checked
+
+
 Text = Annotated[str, AfterValidator(_valid_text)]
-UtcDatetime = Annotated[AwareDatetime, AfterValidator(_utc)]
-Metadata = Annotated[dict[str, Any], AfterValidator(_json_value)]
+UtcDatetime = Annotated[AwareDatetime, BeforeValidator(_date_only_is_midnight_utc), AfterValidator(_utc)]
+Metadata = Annotated[dict[str, Any], AfterValidator(_metadata)]
 
 
 class _Strict(BaseModel):
@@ -193,6 +217,28 @@ class SearchResponse(BaseModel):
     params: dict[str, Any]
     reranked: bool
     warnings: list[str]
+
+
+class ErrorOut(BaseModel):
+    """Every error: what went wrong and what to do about it."""
+
+    detail: str
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut, "description": what}
+    for code, what in {
+        400: "the body cannot be read (e.g. nested too deep)",
+        404: "no such document, set, run or baseline",
+        409: "the index was built with other settings",
+        413: "the request or a batch is over a limit",
+        422: "the request is invalid: the detail names the field and what to fix",
+        429: "too many evaluation runs at once: retry after Retry-After seconds",
+        503: "not ready, or the store cannot serve: retry after Retry-After seconds",
+        504: "the request ran past its time limit",
+        507: "the disk holding the data directory is (nearly) full: nothing was written",
+    }.items()
+}
 
 
 class Health(BaseModel):

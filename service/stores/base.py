@@ -102,6 +102,16 @@ class VectorStore(Protocol):
     def count(self, where: Clause) -> int:
         """Exact number of points matching `where`."""
 
+    def page(self, offset: str | None, limit: int, fields: Sequence[str]) -> tuple[list[ScoredPoint], str | None]:
+        """Every point in id order, `limit` at a time from `offset` (None: the start), with only `fields` of the
+        payload (none if empty); returns the page and the next offset (None after the last page)."""
+
+    def purge(self, ids: Sequence[str]) -> None:
+        """Delete the given points, also ones whose payload can no longer be read; durable once it returns."""
+
+    def health(self) -> str | None:
+        """Why the store cannot take writes now (e.g. the engine refused one), or None when it can."""
+
     def close(self) -> None:
         """Flush and release the engine."""
 

@@ -6,18 +6,25 @@ originals: at 100k chunks a scan took 4.3 ms instead of 10.0, and on SciFact's r
 exact top 100 (`benchmarks/speed.py` measures both). Writes land in an appendable float32 segment; after each
 write `optimize()` turns a segment past `_QUANTISE_AFTER_KB` into a quantised one of at most `_SEGMENT_KB` (no
 graph is built: `m=0`). Sparse BM25 uses the engine's inverted index and IDF modifier. One process
-per directory: the engine locks it, and a second opener gets a clear error.
+per directory: `service.datadir.DataDirLock` is taken before this store is opened.
+
+Engine errors become `StoreUnavailable` with the file paths taken out (the log keeps them). After a
+failed write the engine may refuse every later one ("Not recovered from previous error") until it is
+reopened, though a write that touches nothing still succeeds; so a failed write marks the store unhealthy
+for good, and readiness stays false until the process restarts (which recovers the engine).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import qdrant_edge as qe
 
-from service.errors import PlumblineError
+from service.errors import PlumblineError, StoreUnavailable, public
 from service.filters import Clause, NumberRange
 from service.sparse import SparseVector
 from service.stores.base import (
@@ -61,6 +68,7 @@ class _EdgeDialect:
 
 
 _DIALECT = _EdgeDialect()
+log = logging.getLogger("plumbline")
 
 _QUANTISE_AFTER_KB = 5_000  # about 3,300 vectors of 384 dimensions; below it a segment is scanned in float32
 # Segments are capped at about 13,000 vectors: uncapped, every conversion merged into one big segment and rewrote
@@ -83,14 +91,10 @@ class EdgeStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._shard: Any = None
+        self._failure: str | None = None
         if path.exists() and any(path.iterdir()):
-            try:
+            with _engine("open the index"):
                 self._shard = qe.EdgeShard.load(str(path))  # with the configuration it was created with
-            except Exception as exc:
-                raise PlumblineError(
-                    f"cannot open the index in {path}: {exc}. Is another Plumbline process using this "
-                    "data directory? Only one process may open it."
-                ) from exc
 
     def ensure_schema(self, dimension: int) -> None:
         if self._shard is None:
@@ -126,10 +130,25 @@ class EdgeStore:
     def set_payload(self, where: Clause, values: Mapping[str, Any]) -> None:
         self._write(qe.UpdateOperation.set_payload_by_filter(translate(where, _DIALECT), dict(values)))
 
+    def purge(self, ids: Sequence[str]) -> None:
+        # The engine reads a point's payload to delete it, and fails (then refuses every later write) on one
+        # it cannot deserialise; overwriting the payload first needs no read.
+        if ids:
+            self._write(qe.UpdateOperation.overwrite_payload(list(ids), {}))
+            self._write(qe.UpdateOperation.delete_points(list(ids)))
+
     def _write(self, operation: Any) -> None:
-        self._open.update(operation)
-        self._open.flush()
-        self._open.optimize()  # a no-op until the appendable segment passes _QUANTISE_AFTER_KB
+        try:
+            with _engine("write to the index"):
+                self._open.update(operation)
+                self._open.flush()
+                self._open.optimize()  # a no-op until the appendable segment passes _QUANTISE_AFTER_KB
+        except StoreUnavailable as exc:
+            self._failure = self._failure or f"{exc}; the engine may refuse writes until reopened: restart the service"
+            raise
+
+    def health(self) -> str | None:
+        return self._failure
 
     def query(self, queries: Sequence[VectorQuery]) -> list[list[ScoredPoint]]:
         requests = [
@@ -144,29 +163,70 @@ class EdgeStore:
         ]
         if not requests:
             return []
-        results = self._open.query_batch(qe.QueryBatchRequest(requests))
+        with _engine("search the index"):
+            results = self._open.query_batch(qe.QueryBatchRequest(requests))
         return [[ScoredPoint(str(p.id), float(p.score), p.payload or {}) for p in res] for res in results]
 
     def retrieve(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> list[ScoredPoint]:
         payload = qe.PayloadSelector.Include(list(fields)) if fields else True
-        records = self._open.retrieve(list(ids), with_payload=payload, with_vector=False)
+        with _engine("read from the index"):
+            records = self._open.retrieve(list(ids), with_payload=payload, with_vector=False)
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records]
 
     def scroll(self, where: Clause, limit: int, fields: Sequence[str] | None = None) -> list[ScoredPoint]:
         payload = qe.PayloadSelector.Include(list(fields)) if fields else True
-        records, _ = self._open.scroll(
-            qe.ScrollRequest(limit=limit, filter=translate(where, _DIALECT), with_payload=payload)
-        )
+        with _engine("read from the index"):
+            records, _ = self._open.scroll(
+                qe.ScrollRequest(limit=limit, filter=translate(where, _DIALECT), with_payload=payload)
+            )
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records]
 
+    def page(self, offset: str | None, limit: int, fields: Sequence[str]) -> tuple[list[ScoredPoint], str | None]:
+        payload: Any = qe.PayloadSelector.Include(list(fields)) if fields else False
+        with _engine("read from the index"):
+            records, after = self._open.scroll(qe.ScrollRequest(offset=offset, limit=limit, with_payload=payload))
+        return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records], None if after is None else str(after)
+
     def count(self, where: Clause) -> int:
-        return int(self._open.count(qe.CountRequest(filter=translate(where, _DIALECT), exact=True)))
+        with _engine("count in the index"):
+            return int(self._open.count(qe.CountRequest(filter=translate(where, _DIALECT), exact=True)))
 
     def close(self) -> None:
         if self._shard is not None:
-            self._shard.flush()
-            self._shard.close()
-            self._shard = None
+            shard, self._shard = self._shard, None
+            with _engine("close the index"):
+                shard.flush()
+                shard.close()
+
+
+@contextmanager
+def _engine(doing: str) -> Iterator[None]:
+    """Engine errors as `StoreUnavailable` saying what failed and why, without file paths (logged in full)."""
+    try:
+        yield
+    except PlumblineError:
+        raise
+    except Exception as exc:
+        log.error("the engine failed to %s: %s", doing, exc)
+        raise StoreUnavailable(f"the engine failed to {doing}: {_cause(str(exc))}") from exc
+
+
+def _cause(message: str) -> str:
+    for marker, meaning in _KNOWN_CAUSES:
+        if marker in message:
+            return meaning
+    return public(message)
+
+
+_KNOWN_CAUSES: tuple[tuple[str, str], ...] = (
+    ("No space left on device", "the disk holding the data directory is full"),
+    ("Read-only file system", "the data directory is on a read-only file system"),
+    ("Permission denied", "the data directory is not writable by this process (permission denied)"),
+    (
+        "Not recovered from previous error",
+        "an earlier write failed and the engine refuses writes until it is reopened: restart the service",
+    ),
+)
 
 
 def _sparse(vector: SparseVector) -> Any:

@@ -123,6 +123,19 @@ class QdrantStore:
         )
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records]
 
+    def page(self, offset: str | None, limit: int, fields: Sequence[str]) -> tuple[list[ScoredPoint], str | None]:
+        records, after = self.client.scroll(
+            self.collection, offset=offset, limit=limit, with_payload=list(fields) if fields else False
+        )
+        return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records], None if after is None else str(after)
+
+    def purge(self, ids: Sequence[str]) -> None:
+        if ids:
+            self.client.delete(self.collection, m.PointIdsList(points=list(ids)), wait=True)
+
+    def health(self) -> str | None:
+        return None
+
     def count(self, where: Clause) -> int:
         return self.client.count(self.collection, count_filter=translate(where, _DIALECT), exact=True).count
 

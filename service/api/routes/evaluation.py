@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request, Response, status
+from starlette.concurrency import run_in_threadpool
 
 from eval.gate import GateConfig
 from eval.present import report_json
 from eval.report import build_report, mean_metrics
 from eval.trec import trec_run_lines
 from service.api.convert import run_params, to_params
-from service.api.deps import PipelineDep, RuntimeDep, SettingsDep
+from service.api.deps import EvalsDep, PipelineDep, RuntimeDep, SettingsDep
 from service.api.schemas import BaselineRequest, BaselineResponse, EvalRunRequest, RunSummary, SetSummary
 from service.errors import InvalidRequest
 
@@ -70,8 +71,8 @@ def get_run_trec(run_id: str, runtime: RuntimeDep) -> Response:
 
 
 @router.post("/baselines", response_model=BaselineResponse, status_code=status.HTTP_201_CREATED)
-def promote(body: BaselineRequest, runtime: RuntimeDep) -> BaselineResponse:
-    runtime.evals.runs.promote(body.run_id, body.name)
+def promote(body: BaselineRequest, evals: EvalsDep) -> BaselineResponse:
+    evals.runs.promote(body.run_id, body.name)
     return BaselineResponse(name=body.name, run_id=body.run_id)
 
 
@@ -88,10 +89,10 @@ def export_set(name: str, runtime: RuntimeDep) -> Response:
 
 
 @router.put("/sets/{name}", response_model=SetSummary)
-async def import_set(name: str, request: Request, runtime: RuntimeDep) -> SetSummary:
+async def import_set(name: str, request: Request, evals: EvalsDep) -> SetSummary:
     """Replace a set with a JSON Lines body; a malformed one is rejected with its bad line numbers."""
     try:
         text = (await request.body()).decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidRequest("the body is not UTF-8 text: send the set as JSON Lines") from None
-    return SetSummary(name=name, cases=runtime.evals.put_set(name, text))
+    return SetSummary(name=name, cases=await run_in_threadpool(evals.put_set, name, text))

@@ -12,15 +12,17 @@ from service.api.schemas import Health
 router = APIRouter(tags=["health"])
 
 
+# Both checks are `async def` and touch no engine and no worker thread: they answer under any load.
 @router.get("/health/live", response_model=Health)
-def live() -> Health:
+async def live() -> Health:
     return Health(status="alive")
 
 
 @router.get("/health/ready", response_model=Health, responses={503: {"model": Health}})
-def ready(runtime: RuntimeDep) -> Response:
-    if not runtime.ready:
-        body = Health(status="error" if runtime.error else "loading", detail=runtime.error)
+async def ready(runtime: RuntimeDep) -> Response:
+    reason = runtime.unready_reason()
+    if not runtime.ready or reason:
+        body = Health(status="error" if reason else "loading", detail=reason)
         return JSONResponse(body.model_dump(), status_code=503, headers={"Retry-After": "5"})
     index = runtime.index
     return JSONResponse(Health(status="ready", documents=index.documents(), chunks=index.chunks()).model_dump())

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import anyio
 from fastapi import APIRouter
 
 from service.api.convert import describe, to_params
 from service.api.deps import PipelineDep, SettingsDep
 from service.api.schemas import HitOut, SearchRequest, SearchResponse
+from service.errors import TimedOut
 
 router = APIRouter(tags=["search"])
 
 
 @router.post("/search", response_model=SearchResponse)
-def search(body: SearchRequest, pipeline: PipelineDep, settings: SettingsDep) -> SearchResponse:
-    """Hybrid retrieval; `explain: true` adds each hit's rank and score per stage."""
+async def search(body: SearchRequest, pipeline: PipelineDep, settings: SettingsDep) -> SearchResponse:
+    """Hybrid retrieval; `explain: true` adds each hit's rank and score per stage. Past
+    `search_timeout_seconds` the caller gets a 504 (the search itself cannot be interrupted mid-engine-call)."""
     params = to_params(
         body,
         settings,
@@ -22,7 +25,13 @@ def search(body: SearchRequest, pipeline: PipelineDep, settings: SettingsDep) ->
         explain=body.explain,
         distinct_docs=body.distinct_docs,
     )
-    result = pipeline.search(body.query, params)
+    try:
+        with anyio.fail_after(settings.search_timeout_seconds):
+            result = await anyio.to_thread.run_sync(pipeline.search, body.query, params, abandon_on_cancel=True)
+    except TimeoutError:
+        raise TimedOut(
+            f"the search took longer than {settings.search_timeout_seconds:g} s (PLUMBLINE_SEARCH_TIMEOUT_SECONDS)"
+        ) from None
     effective = describe(params, body)
     effective["rerank_model"] = pipeline.reranker.name if pipeline.reranker else None
     return SearchResponse(

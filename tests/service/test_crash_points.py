@@ -1,0 +1,137 @@
+"""Kill-point harness: a real `plumbline serve` dies by SIGKILL at each write step, then restarts on its data.
+
+`PLUMBLINE_CRASH_AT=NAME#N` (see `eval.faults`) makes the server kill itself the N-th time it reaches a
+point: no exception, no rollback, no flush, as in a power cut. After the restart every invariant must hold:
+- one whole version per document: its stored text, its chunks and what search returns all belong to the
+  old version or all to the new one;
+- supersession consistent: a committed current document that names `supersedes: X` hides X from fresh
+  search, and X is current again once that document is gone;
+- nothing acknowledged lost: every write answered 200 before the crash is there;
+- the offline `plumbline doctor` finds the data directory clean.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from eval.cases import parse_jsonl
+from tests.server import ServerProcess, plumbline
+
+pytestmark = pytest.mark.process
+
+KEEP = {"id": "keep", "title": "Keep", "text": "# Keep\n\nThe acknowledged document about kestrel audits."}
+POL_A = {"id": "pol/a", "title": "Travel 2025", "text": "# Travel\n\nEconomy class on every flight, says pelican."}
+POL_B = {
+    "id": "pol/b",
+    "title": "Travel 2026",
+    "text": "# Travel\n\nBusiness class past six hours, says pelican.",
+    "supersedes": "pol/a",
+}
+X_OLD = {"id": "x", "title": "X", "text": "# X\n\n## One\n\nalphaold first part.\n\n## Two\n\nalphaold second part."}
+X_NEW = {"id": "x", "title": "X", "text": "# X\n\n## One\n\nomeganew only part, rewritten."}
+
+
+def search(client: httpx.Client, query: str) -> set[str]:
+    r = client.post("/search", json={"query": query, "mode": "keyword", "k": 20})
+    assert r.status_code == 200, r.text
+    return {h["doc_id"] for h in r.json()["hits"]}
+
+
+def crash_on(server: ServerProcess, method: str, path: str, **kwargs: Any) -> None:
+    """Send the request that reaches the crash point: the connection drops and the process died by SIGKILL."""
+    with server.client() as c, pytest.raises(httpx.TransportError):
+        c.request(method, path, **kwargs)
+    assert server.wait() == -9, server.log
+
+
+def restart_and_check_doctor(data: Path, check: Any) -> None:
+    # PLUMBLINE_REPAIR_ON_START=false in the environment shows what the start-up repair guards
+    with ServerProcess(data) as server, server.client() as c:
+        check(c)
+    result = plumbline("doctor", "--data-dir", str(data))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip().endswith("clean")
+
+
+def assert_one_version_of_x(c: httpx.Client) -> str:
+    x = c.get("/documents/x").json()
+    assert x["text"] in (X_OLD["text"], X_NEW["text"])
+    new = x["text"] == X_NEW["text"]
+    assert all(chunk["text"] in x["text"] for chunk in x["chunks"])
+    assert len(x["chunks"]) == (1 if new else 2)
+    assert ("x" in search(c, "omeganew")) is new
+    assert ("x" in search(c, "alphaold")) is not new
+    return "new" if new else "old"
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        "ingest:chunks-written",
+        "ingest:records-written",
+        "ingest:committed",
+        "ingest:old-deleted",
+        "ingest:statuses-set",
+    ],
+)
+def test_a_crash_at_each_ingest_step(tmp_path: Path, point: str) -> None:
+    data = tmp_path / "data"
+    with ServerProcess(data, env={"PLUMBLINE_CRASH_AT": f"{point}#2"}) as server:
+        with server.client() as c:
+            assert c.post("/documents", json={"documents": [KEEP, POL_A, X_OLD]}).status_code == 200
+        crash_on(server, "POST", "/documents", json={"documents": [POL_B, X_NEW]})
+
+    def check(c: httpx.Client) -> None:
+        assert c.get("/documents/keep").json()["text"] == KEEP["text"]
+        version = assert_one_version_of_x(c)
+        pol_b = c.get("/documents/pol/b")
+        committed = pol_b.status_code == 200
+        assert committed is (version == "new")  # one batch: both documents committed, or neither
+        assert (c.get("/documents/pol/a").json()["superseded_by"] == "pol/b") is committed
+        assert search(c, "pelican") == ({"pol/b"} if committed else {"pol/a"})
+        # committed before the crash point or not, as the step's place in the protocol says
+        assert committed is (point not in ("ingest:chunks-written", "ingest:records-written"))
+
+    restart_and_check_doctor(data, check)
+
+
+def test_a_crash_while_deleting_a_superseding_document(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with ServerProcess(data, env={"PLUMBLINE_CRASH_AT": "delete:points-deleted"}) as server:
+        with server.client() as c:
+            assert c.post("/documents", json={"documents": [POL_A, POL_B]}).status_code == 200
+            assert search(c, "pelican") == {"pol/b"}
+        crash_on(server, "DELETE", "/documents/pol/b")
+
+    def check(c: httpx.Client) -> None:
+        assert c.get("/documents/pol/b").status_code == 404
+        assert c.get("/documents/pol/a").json()["superseded_by"] is None
+        assert search(c, "pelican") == {"pol/a"}  # current again: the start-up check restored its status
+
+    restart_and_check_doctor(data, check)
+
+
+def cases(n: int) -> str:
+    return "".join(
+        f'{{"id": "c{i}", "question": "pelican {i}", "relevant": [{{"doc_id": "pol/a"}}]}}\n' for i in range(n)
+    )
+
+
+@pytest.mark.parametrize(("point", "replaced"), [("state:temp-written", False), ("set:written", True)])
+def test_a_crash_while_replacing_a_labelled_set(tmp_path: Path, point: str, replaced: bool) -> None:
+    data = tmp_path / "data"
+    with ServerProcess(data, env={"PLUMBLINE_CRASH_AT": f"{point}#2"}) as server:
+        with server.client() as c:
+            assert c.put("/eval/sets/s", content=cases(3)).json() == {"name": "s", "cases": 3}
+        crash_on(server, "PUT", "/eval/sets/s", content=cases(5))
+
+    def check(c: httpx.Client) -> None:
+        text = c.get("/eval/sets/s").text
+        assert [case.id for case in parse_jsonl(text)] == [f"c{i}" for i in range(5 if replaced else 3)]
+        assert [s["name"] for s in c.get("/eval/sets").json()] == ["handbook", "s"]
+
+    restart_and_check_doctor(data, check)
