@@ -62,7 +62,7 @@ def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     letters = [chr(c) for c in range(97, 123)]
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words, *letters]
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tokenizer = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"))
+    tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)})  # vocab_file is ignored by transformers 5
     tokenizer.save_pretrained(folder)
     config = BertConfig(
         vocab_size=len(vocab),

@@ -158,7 +158,7 @@ def test_leftovers_of_a_failed_cleanup_stay_invisible_and_are_removed_later(stor
 
 
 class FailingHeads(FlakyStore):
-    """Writes only the first head of the commit batch, then fails: a crash half-way through the commit."""
+    """Writes only the first head of the commit batch, then raises: a write that fails half-way through the commit."""
 
     def upsert(self, points: Sequence[StorePoint]) -> None:
         if points and points[0].payload.get("kind") == "head":
@@ -169,9 +169,14 @@ class FailingHeads(FlakyStore):
 
 # upserts of a 40-document ingest: 2 chunk batches, the records, the heads
 @pytest.mark.parametrize("failing", [lambda s: FlakyStore(s, fail_on_upsert=2), lambda s: FailingHeads(s, -1)])
-def test_a_failed_write_leaves_the_index_as_it_was(
+def test_a_write_that_raises_is_rolled_back(
     store: EdgeStore, handbook_docs: list[Document], failing: Callable[[VectorStore], VectorStore]
 ) -> None:
+    """A store write that raises (the process lives on) makes `ingest` undo what it wrote and re-raise.
+
+    This tests the rollback path on an exception only, not a crash: a killed process runs no rollback, and what
+    it leaves behind is tested by killing a real process elsewhere.
+    """
     index = make_index(store)
     index.ingest(handbook_docs[:5])
     before = {d.id: texts(index, d.id) for d in handbook_docs[:5]}

@@ -106,11 +106,17 @@ def test_explain_gives_every_stage(pipeline: SearchPipeline) -> None:
     assert {"embed", "sparse", "retrieve", "rescore", "fuse", "fetch", "total"} <= set(result.timings_ms)
 
 
-def test_rrf_fusion_ranks(pipeline: SearchPipeline) -> None:
-    result = pipeline.search("vpn error", SearchParams(k=5, fusion=FusionMethod.RRF, rrf_k=60))
-    for hit in result.hits:
-        expected = sum(1 / (60 + s.rank) for name, s in hit.stages.items() if name in ("dense", "keyword") and s.rank)
-        assert hit.score == pytest.approx(expected)
+@pytest.mark.parametrize("rrf_k", [1, 60])
+def test_rrf_fusion_ranks(pipeline: SearchPipeline, rrf_k: int) -> None:
+    """Each hit's score is sum over the lists that hold it of 1 / (rrf_k + rank), and hits come best first."""
+    result = pipeline.search("vpn error", SearchParams(k=5, fusion=FusionMethod.RRF, rrf_k=rrf_k))
+    assert len(result.hits) == 5
+    sides = [[s.rank for name, s in h.stages.items() if name in ("dense", "keyword") and s.rank] for h in result.hits]
+    assert all(sides)  # every hit came from at least one list
+    expected = [sum(1 / (rrf_k + rank) for rank in ranks) for ranks in sides]
+    assert [h.score for h in result.hits] == pytest.approx(expected, rel=1e-12)
+    assert expected == sorted(expected, reverse=True)
+    assert [h.stages["fusion"].rank for h in result.hits] == [1, 2, 3, 4, 5]
 
 
 def test_results_are_deterministic_and_batch_equals_single(pipeline: SearchPipeline) -> None:

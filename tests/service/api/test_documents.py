@@ -1,9 +1,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+
+from service.api.app import create_app
+from service.runtime import Components
+from service.settings import Settings
+from tests.fakes import FakeEmbedder
 
 DOC = {
     "id": "billing/refunds",
@@ -82,9 +88,73 @@ def test_oversized_batches_and_bodies(client: TestClient) -> None:
     assert client.get("/documents/d0").status_code == 404
 
 
+JSON = {"content-type": "application/json"}
+DEEP = 100_000
+
+
 def test_malformed_json_is_a_4xx(client: TestClient) -> None:
-    r = client.post("/documents", content=b"{not json", headers={"content-type": "application/json"})
+    r = client.post("/documents", content=b"{not json", headers=JSON)
     assert r.status_code == 422
+
+
+@pytest.fixture
+def roomy_client(settings: Settings) -> Iterator[TestClient]:
+    """The real app with a request size limit that lets the deep bodies below reach the JSON parser."""
+    roomy = settings.model_copy(update={"max_request_bytes": 1_000_000})
+    app = create_app(roomy, components=Components(embedder=lambda _: FakeEmbedder()))
+    with TestClient(app) as c:
+        assert app.state.runtime.wait(timeout=60)
+        yield c
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "[" * DEEP + "]" * DEEP,
+        '{"documents": ' + "[" * DEEP + "]" * DEEP + "}",
+        '{"documents": [' + '{"a": ' * DEEP + "1" + "}" * DEEP + "]}",
+    ],
+    ids=["bare-lists", "lists-in-documents", "objects-in-documents"],
+)
+def test_json_nested_too_deep_to_parse_is_a_4xx_not_a_500(roomy_client: TestClient, body: str) -> None:
+    assert len(body.encode()) < 1_000_000  # under the size limit: the parser, not the size check, must refuse it
+    r = roomy_client.post("/documents", content=body, headers=JSON)
+    assert r.status_code in (400, 422), r.text[:500]
+    assert r.json()["detail"]
+    assert roomy_client.post("/documents", json={"documents": [DOC]}).status_code == 200  # the service lives on
+
+
+def _nested(depth: int, shape: str) -> str:
+    """A JSON object `depth` levels deep (the object itself is level 1), nesting objects or lists."""
+    if shape == "objects":
+        return '{"a": ' * (depth - 1) + "{}" + "}" * (depth - 1)
+    return '{"a": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}"
+
+
+@pytest.mark.parametrize("shape", ["objects", "lists"])
+@pytest.mark.parametrize("depth", [200, 600])
+def test_metadata_nested_past_the_limit_is_a_422_naming_it(client: TestClient, depth: int, shape: str) -> None:
+    metadata = _nested(depth, shape)
+    assert json.loads(metadata)  # valid JSON: only its depth is wrong
+    body = json.dumps({"documents": [{**DOC, "metadata": "METADATA"}]}).replace('"METADATA"', metadata)
+    r = client.post("/documents", content=body, headers=JSON)
+    assert r.status_code == 422, r.text[:500]
+    detail = r.json()["detail"]
+    assert "documents[0].metadata" in detail
+    assert "deep" in detail
+    assert client.get("/documents/billing/refunds").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "body",
+    ['{"documents": [', '{"documents": [{"id": "a", "text": "t"}', '{"documents": [{"id": "a", "text": "t'],
+)
+def test_truncated_json_is_a_422_saying_where_it_stops(client: TestClient, body: str) -> None:
+    r = client.post("/documents", content=body, headers=JSON)
+    assert r.status_code == 422, r.text[:500]
+    detail = r.json()["detail"]
+    assert "line 1" in detail
+    assert "column" in detail
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,6 +18,7 @@ from qdrant_client import QdrantClient
 
 from service.filters import Clause, DateRange, HasId, Match, MatchAny, NumberRange
 from service.sparse import SparseVector
+from service.stores import edge as edge_module
 from service.stores.base import DENSE, SPARSE, StorePoint, VectorQuery, VectorStore
 from service.stores.edge import EdgeStore
 from service.stores.qdrant import QdrantStore
@@ -179,12 +186,63 @@ def test_set_payload_by_filter(store: VectorStore) -> None:
     assert all(set(p.payload) <= {"chunk_id", "superseded_by"} for p in changed)  # only the fields asked for
 
 
-def test_edge_store_survives_reopen(tmp_path: Path) -> None:
-    s = EdgeStore(tmp_path / "index")
-    s.ensure_schema(4)
-    s.upsert(_points())
-    s.close()
-    again = EdgeStore(tmp_path / "index")
-    again.ensure_schema(4)
-    assert again.count(CHUNKS) == 12
-    again.close()
+# A child process writes points, acknowledging each batch once `upsert` has returned, then SIGKILLs itself
+# without closing the store: nothing gets a chance to flush on the way out.
+_WRITE_THEN_DIE = """
+import json, os, signal, sys
+from pathlib import Path
+from service.sparse import SparseVector
+from service.stores.base import StorePoint
+from service.stores.edge import EdgeStore
+
+spec = json.load(sys.stdin)
+store = EdgeStore(Path(spec["path"]))
+store.ensure_schema(4)
+for batch in spec["batches"]:
+    store.upsert([
+        StorePoint(p["id"], p["payload"], p["dense"], SparseVector(*p["sparse"]) if p["sparse"] else None)
+        for p in batch
+    ])
+    print("acked", *[p["id"] for p in batch], flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _as_json(p: StorePoint) -> dict[str, Any]:
+    sparse = [list(p.sparse.indices), list(p.sparse.values)] if p.sparse else None
+    return {"id": p.id, "payload": dict(p.payload), "dense": p.dense, "sparse": sparse}
+
+
+def test_edge_store_keeps_every_acknowledged_write_after_a_sigkill(tmp_path: Path) -> None:
+    points = _points()
+    batches = [[_as_json(p) for p in points[i : i + 4]] for i in range(0, len(points), 4)]
+    root = Path(edge_module.__file__).resolve().parents[2]  # the child imports the same `service` as this process
+    child = subprocess.run(
+        [sys.executable, "-c", _WRITE_THEN_DIE],
+        input=json.dumps({"path": str(tmp_path / "index"), "batches": batches}),
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=120,
+        check=False,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    acked = [i for line in child.stdout.splitlines() if line.startswith("acked ") for i in line.split()[1:]]
+    assert acked == [p.id for p in points]  # every batch was acknowledged before the kill
+
+    again = EdgeStore(tmp_path / "index")  # no ensure_schema: what is there is what the child left
+    try:
+        assert {p.id: dict(p.payload) for p in again.retrieve(acked)} == {p.id: dict(p.payload) for p in points}
+        assert again.count(Clause()) == 13
+        assert again.count(CHUNKS) == 12
+        query = [1.0, 1.1, 0.0, 0.5]
+        dense, sparse = again.query(
+            [VectorQuery(DENSE, query, CHUNKS, 20), VectorQuery(SPARSE, SparseVector((1,), (1.0,)), CHUNKS, 20)]
+        )
+        assert _ids(dense) == _cosine_order(query, set(range(12)))
+        assert sorted(_ids(sparse)) == sorted(p.payload["chunk_id"] for p in points[:12])  # term 1 is in every chunk
+        globex = again.scroll(Clause(must=(Match("tenant", "globex"),)), 100)  # a payload index still filters
+        assert set(_ids(globex)) == {"d0#0", "d3#3", "d2#6", "d1#9"}
+    finally:
+        again.close()
