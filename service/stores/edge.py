@@ -80,6 +80,12 @@ _SEGMENT_KB = 20_000
 DENSE_SEARCH_PARAMS = qe.SearchParams(quantization=qe.QuantizationSearchParams(rescore=True, oversampling=2.0))
 
 
+# The binding holds the GIL for a whole engine call, so every other thread of the process (health checks, other
+# searches) waits for it: a 128-query eval batch held it for about 200 ms at a time on the demo handbook. A
+# search sends 2-4 queries; an eval batch is split into calls of this many.
+QUERIES_PER_CALL = 8
+
+
 class EdgeStore:
     """A `VectorStore` on an embedded Qdrant Edge shard in `path`.
 
@@ -161,10 +167,10 @@ class EdgeStore:
             )
             for q in queries
         ]
-        if not requests:
-            return []
-        with _engine("search the index"):
-            results = self._open.query_batch(qe.QueryBatchRequest(requests))
+        results: list[Any] = []
+        for start in range(0, len(requests), QUERIES_PER_CALL):
+            with _engine("search the index"):
+                results += self._open.query_batch(qe.QueryBatchRequest(requests[start : start + QUERIES_PER_CALL]))
         return [[ScoredPoint(str(p.id), float(p.score), p.payload or {}) for p in res] for res in results]
 
     def retrieve(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> list[ScoredPoint]:
