@@ -246,3 +246,26 @@ def test_edge_store_keeps_every_acknowledged_write_after_a_sigkill(tmp_path: Pat
         assert set(_ids(globex)) == {"d0#0", "d3#3", "d2#6", "d1#9"}
     finally:
         again.close()
+
+
+def test_page_walks_every_point_once_in_id_order(store: VectorStore) -> None:
+    seen: list[str] = []
+    offset: str | None = None
+    for _ in range(20):  # 13 points in pages of 5: three pages
+        page, offset = store.page(offset, 5, ("kind",))
+        seen += [p.id for p in page]
+        assert all(set(p.payload) <= {"kind"} for p in page)
+        if offset is None:
+            break
+    assert offset is None
+    assert seen == sorted(p.id for p in _points())
+    ids_only, _ = store.page(None, 3, ())
+    assert [p.payload for p in ids_only] == [{}, {}, {}]
+
+
+def test_purge_deletes_by_id_and_health_is_clear(store: VectorStore) -> None:
+    store.purge([_id(0), _id(99), "00000000-0000-0000-0000-000000000777"])
+    store.purge([])
+    assert store.count(Clause()) == 11
+    assert store.retrieve([_id(0), _id(99)]) == []
+    assert store.health() is None
