@@ -140,7 +140,7 @@ class EdgeStore:
         # The engine reads a point's payload to delete it, and fails (then refuses every later write) on one
         # it cannot deserialise; overwriting the payload first needs no read.
         with _engine("read from the index"):  # only ids that exist: the engine refuses a write naming a missing one
-            present = [str(r.id) for r in self._open.retrieve(list(ids), with_payload=False, with_vector=False)]
+            present: list[Any] = [r.id for r in self._open.retrieve(list(ids), with_payload=False, with_vector=False)]
         if present:
             self._write(qe.UpdateOperation.overwrite_payload(present, {}))
             self._write(qe.UpdateOperation.delete_points(present))
