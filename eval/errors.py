@@ -9,3 +9,7 @@ class EvalError(ValueError):
 
 class UnknownName(EvalError, LookupError):
     """No labelled set, run or baseline by that name."""
+
+
+class AlreadyExists(EvalError):
+    """A baseline by that name exists, and replacing it was not asked for."""

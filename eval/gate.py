@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eval.errors import EvalError
+from eval.metrics import metric_names
 from eval.report import mean_metrics
 from eval.runner import CaseResult, Run
 
@@ -41,6 +42,13 @@ class GateConfig:
 
     def tolerance_for(self, metric: str) -> float:
         return self.per_metric.get(metric, self.tolerance)
+
+    def check_names(self, ks: Sequence[int]) -> None:
+        """Raise `EvalError` naming the known metrics if one asked for is not computed for these k."""
+        known = metric_names(ks)
+        unknown = [m for m in (*self.metrics, *self.per_metric) if m not in known]
+        if unknown:
+            raise EvalError(f"unknown metric(s) {unknown} for k={sorted(set(ks))}; known: {', '.join(known)}")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ def report_json(run: Run, report: Report, gate: GateResult | None, *, cases: boo
         "by_category": [_group(g) for g in report.by_category],
         "by_source": [_group(g) for g in report.by_source],
         "diagnosis": [asdict(f) for f in report.diagnosis],
-        "gate": gate_json(gate) if gate else None,
+        "gate": gate_json(gate) if gate else (dict(run.gate) if run.gate is not None else None),
     }
     if cases:
         out["cases"] = [

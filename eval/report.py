@@ -79,6 +79,13 @@ def build_report(run: Run, thresholds: Thresholds | None = None) -> Report:
     overall = Group("all", len(run.cases), mean_metrics(run.cases))
     by_category = _groups(run.cases, lambda c: c.category, primary)
     findings = list(_diagnose("overall", overall, run.cases, k, thresholds or Thresholds()))
+    if run.gate is not None and run.gate.get("verdict") == "fail" and findings[0].problem == "none":
+        findings[0] = Finding(
+            "overall",
+            "regression against the baseline",
+            "the gate failed though the absolute levels pass the thresholds: read its reasons and the cases "
+            "that got worse, and compare what changed (configuration, corpus, model)",
+        )
     for group in by_category:
         members = [c for c in run.cases if c.category == group.name]
         findings.extend(

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.cases import Case, Label, dump_jsonl, load_cases, parse_jsonl
-from eval.errors import EvalError, UnknownName
+from eval.errors import AlreadyExists, EvalError, UnknownName
 from eval.faults import crash_point
 from eval.matching import Retrieved
 from eval.runner import CaseResult, Run
@@ -113,10 +113,25 @@ class RunStore:
                 log.warning("skipping unreadable run file %s: %s", path, exc)
         return sorted(runs, key=lambda r: r.run_id, reverse=True)
 
-    def promote(self, run_id: str, name: str) -> Path:
+    def promote(self, run_id: str, name: str, *, replace: bool = False) -> str | None:
+        """Make a run the baseline `name`; the run id of the baseline it replaces, if any. An existing one
+        (stored, or packaged and so shadowed) is replaced only when asked, and a stored one is kept in
+        `<baselines dir>/history/<name>.<its run id>.json`."""
         path = self.baselines_dir / f"{check_name(name, 'baseline')}.json"
-        write_atomic(path, dump_run(self.get(run_id)))
-        return path
+        run = self.get(run_id)
+        try:
+            old: Run | None = self.baseline(name)
+        except UnknownName:
+            old = None
+        if old is not None and not replace:
+            raise AlreadyExists(
+                f"baseline {name!r} exists (run {old.run_id}); send replace: true to replace it "
+                "(the old one is kept in the baselines' history)"
+            )
+        if old is not None and path.is_file():
+            write_atomic(self.baselines_dir / "history" / f"{name}.{old.run_id}.json", path.read_text("utf-8"))
+        write_atomic(path, dump_run(run))
+        return old.run_id if old is not None else None
 
     def baseline(self, name: str) -> Run:
         """A baseline by name: the data dir's, then the packaged ones. Never a path (an API caller names it)."""

@@ -20,13 +20,13 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from eval.errors import EvalError
-from eval.gate import GateConfig, compare
-from eval.present import format_table, report_json
+from eval.gate import GateConfig, GateResult, compare
+from eval.present import format_table, gate_json, report_json
 from eval.report import build_report
 from eval.runner import Retriever, Run, run_set
 from eval.storage import SetStore, dump_run, load_baseline, load_set, write_atomic
@@ -225,6 +225,7 @@ def _eval_run(args: argparse.Namespace) -> int:
     config = GateConfig(
         metrics=tuple(args.metrics), tolerance=args.tolerance, require_significance=args.require_significance
     )
+    config.check_names(args.k)
     if args.url:
         from eval.http import HttpRetriever
 
@@ -232,9 +233,13 @@ def _eval_run(args: argparse.Namespace) -> int:
         baseline = load_baseline(args.baseline) if args.baseline else None
         retriever: Retriever = HttpRetriever(args.url, overrides)
         run = run_set(cases, retriever, set_name=set_name, ks=args.k, unit=args.unit, params=overrides)
+        gate = compare(run, baseline, config) if baseline else None
+        if gate is not None:
+            run = replace(run, gate=gate_json(gate))
     else:
-        run, baseline = _eval_in_process(args, overrides)
-    gate = compare(run, baseline, config) if baseline else None
+        run, gate, warnings = _eval_in_process(args, overrides, config)
+        for warning in warnings:
+            print(f"plumbline: warning: {warning}", file=sys.stderr)
     if args.save_run:
         write_atomic(args.save_run, dump_run(run))
     report = build_report(run)
@@ -242,12 +247,14 @@ def _eval_run(args: argparse.Namespace) -> int:
     return EXIT_REGRESSION if gate is not None and not gate.passed else EXIT_OK
 
 
-def _eval_in_process(args: argparse.Namespace, overrides: dict[str, Any]) -> tuple[Run, Run | None]:
+def _eval_in_process(
+    args: argparse.Namespace, overrides: dict[str, Any], config: GateConfig
+) -> tuple[Run, GateResult | None, tuple[str, ...]]:
+    """The service's own orchestration (`EvalService.evaluate_cases`): replay, gate, then store with the verdict."""
     from pydantic import ValidationError
 
-    from service.api.convert import parse_filters, run_params, to_params
+    from service.api.convert import run_params, to_params
     from service.api.schemas import SearchOptions
-    from service.evaluation import PipelineRetriever
     from service.runtime import Runtime
 
     settings = _settings(args)
@@ -256,19 +263,27 @@ def _eval_in_process(args: argparse.Namespace, overrides: dict[str, Any]) -> tup
     except ValidationError as exc:
         raise EvalError(f"--override: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
     runtime = Runtime(settings, preload=tuple(args.ingest))
-    sets = SetStore(settings.sets_dir)
-    set_name, cases = load_set(args.set, sets)
+    set_name, cases = load_set(args.set, SetStore(settings.sets_dir))
     baseline = load_baseline(args.baseline, runtime.evals.runs) if args.baseline else None
     runtime.warm_up()
     try:
         pipeline = runtime.pipeline
         base = to_params(options, settings, reranker_configured=pipeline.reranker is not None)
-        retriever = PipelineRetriever(pipeline, base, parse_filters)
-        run = run_set(cases, retriever, set_name=set_name, ks=args.k, unit=args.unit, params=run_params(base, options))
-        runtime.evals.runs.save(run)
+        ev = runtime.evals.evaluate_cases(
+            pipeline,
+            base,
+            cases,
+            set_name=set_name,
+            ks=args.k,
+            unit=args.unit,
+            params_record=run_params(base, options),
+            reference=baseline,
+            gate_config=config,
+            timeout=None,
+        )
     finally:
         runtime.close()
-    return run, baseline
+    return ev.run, ev.gate, ev.warnings
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from eval.cases import Case
 from eval.faults import crash_point
 from eval.gate import GateConfig, GateResult, compare
 from eval.matching import Retrieved, Unit
@@ -24,7 +25,9 @@ from eval.runner import Query, Run, run_set
 from eval.storage import RunStore, SetStore
 from service.errors import Busy, TimedOut
 from service.filters import FilterSpec
+from service.payload import head_point_id
 from service.pipeline import SearchParams, SearchPipeline
+from service.stores.base import VectorStore
 
 FilterParser = Callable[[Mapping[str, Any]], FilterSpec]
 
@@ -64,6 +67,22 @@ class Evaluation:
     run: Run
     report: Report
     gate: GateResult | None
+    warnings: tuple[str, ...] = ()
+
+
+def unknown_documents(store: VectorStore, cases: Sequence[Case]) -> list[str]:
+    """A warning if some cases' labels name documents the index does not hold: a typo, or a document not ingested
+    (yet), which no configuration can ever find; empty if every labelled document is there."""
+    wanted = sorted({label.document for c in cases for label in c.positive})
+    heads = store.retrieve([head_point_id(d) for d in wanted], fields=("doc_id",))
+    present = {h.payload["doc_id"] for h in heads}
+    missing = {c.id: sorted({label.document for label in c.positive} - present) for c in cases}
+    bad = [(case_id, docs) for case_id, docs in missing.items() if docs]
+    if not bad:
+        return []
+    shown = "; ".join(f"{case_id}: {', '.join(docs)}" for case_id, docs in bad[:10])
+    more = f"; and {len(bad) - 10} more" if len(bad) > 10 else ""
+    return [f"{len(bad)} case(s) name documents the index does not hold, so they can never pass: {shown}{more}"]
 
 
 class EvalService:
@@ -106,8 +125,39 @@ class EvalService:
         baseline: str | None,
         gate_config: GateConfig,
     ) -> Evaluation:
+        """`evaluate_cases` on a stored set, gated against a stored baseline, both by name (the HTTP path)."""
         cases = self.sets.get(set_name)
         reference = self.runs.baseline(baseline) if baseline else None  # fail fast, before the run
+        return self.evaluate_cases(
+            pipeline,
+            base,
+            cases,
+            set_name=set_name,
+            ks=ks,
+            unit=unit,
+            params_record=params_record,
+            reference=reference,
+            gate_config=gate_config,
+            timeout=self.timeout,
+        )
+
+    def evaluate_cases(
+        self,
+        pipeline: SearchPipeline,
+        base: SearchParams,
+        cases: Sequence[Case],
+        *,
+        set_name: str,
+        ks: Sequence[int],
+        unit: Unit,
+        params_record: Mapping[str, Any],
+        reference: Run | None,
+        gate_config: GateConfig,
+        timeout: float | None,
+    ) -> Evaluation:
+        """The one orchestration of an eval run, for HTTP and the CLI alike: replay, gate, then store the run
+        with its verdict, and remember it for the gauges. `timeout` None: no time limit (the CLI's)."""
+        gate_config.check_names(ks)
         retriever = PipelineRetriever(pipeline, base, self.parse_filters)
         if not self._slots.acquire(blocking=False):
             raise Busy(f"{self.max_concurrent} evaluation run(s) are already in progress, the limit; retry later")
@@ -119,7 +169,7 @@ class EvalService:
                 ks=ks,
                 unit=unit,
                 params=params_record,
-                before_batch=self._deadline(time.monotonic() + self.timeout),
+                before_batch=None if timeout is None else self._deadline(time.monotonic() + timeout),
             )
         finally:
             self._slots.release()
@@ -128,7 +178,7 @@ class EvalService:
             run = replace(run, gate=gate_json(gate))  # kept with the run: the gauge survives a restart
         self.reserve_space(4096 * len(run.cases))
         self.runs.save(run)
-        evaluation = Evaluation(run, build_report(run), gate)
+        evaluation = Evaluation(run, build_report(run), gate, tuple(unknown_documents(pipeline.store, cases)))
         with self._lock:
             self._restore()[set_name] = evaluation
         return evaluation
@@ -143,12 +193,12 @@ class EvalService:
 
         return check
 
-    def put_set(self, name: str, text: str) -> int:
+    def put_set(self, name: str, text: str) -> list[Case]:
         """Replace a labelled set; every case's filters must be ones /search accepts (else 422, by line)."""
         self.reserve_space(2 * len(text.encode()))
         cases = self.sets.put(name, text, check=lambda case: self.parse_filters(case.filters))
         crash_point("set:written")
-        return len(cases)
+        return cases
 
     def latest(self) -> dict[str, Evaluation]:
         with self._lock:

@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from eval.errors import EvalError, UnknownName
+from eval.errors import AlreadyExists, EvalError, UnknownName
 from service.errors import (
     Busy,
     IndexMismatch,
@@ -32,6 +32,7 @@ STATUS: list[tuple[type[Exception], int]] = [
     (InvalidRequest, 422),
     (NotFound, 404),
     (UnknownName, 404),
+    (AlreadyExists, 409),
     (EvalError, 422),
     (PayloadTooLarge, 413),
     (Busy, 429),

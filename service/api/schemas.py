@@ -230,7 +230,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     for code, what in {
         400: "the body cannot be read (e.g. nested too deep)",
         404: "no such document, set, run or baseline",
-        409: "the index was built with other settings",
+        409: "the index was built with other settings, or a baseline exists and replace was not asked for",
         413: "the request or a batch is over a limit",
         422: "the request is invalid: the detail names the field and what to fix",
         429: "too many evaluation runs at once: retry after Retry-After seconds",
@@ -260,19 +260,99 @@ class EvalRunRequest(_Strict):
     include_cases: bool = True
 
 
+class GroupOut(BaseModel):
+    name: str
+    cases: int
+    metrics: dict[str, float]
+
+
+class FindingOut(BaseModel):
+    scope: str = Field(description="'overall' or 'category:<name>'")
+    problem: str = Field(description="'none' when nothing is wrong")
+    advice: str
+
+
+class CheckOut(BaseModel):
+    metric: str
+    scope: str
+    baseline: float
+    current: float
+    tolerance: float
+    p_value: float | None
+    failed: bool
+    delta: float
+
+
+class CaseChangeOut(BaseModel):
+    case_id: str
+    metric: str
+    baseline: float
+    current: float
+
+
+class GateOut(BaseModel):
+    verdict: Literal["pass", "fail"]
+    reasons: list[str]
+    warnings: list[str]
+    checks: list[CheckOut]
+    worse_cases: list[CaseChangeOut]
+    better_cases: int
+
+
+class TopHitOut(BaseModel):
+    chunk_id: str
+    doc_id: str
+    score: float
+
+
+class CaseOut(BaseModel):
+    id: str
+    question: str
+    category: str
+    source: str
+    metrics: dict[str, float]
+    first_relevant_rank: int | None
+    missed: list[dict[str, Any]]
+    top: list[TopHitOut]
+
+
+class EvalReportOut(BaseModel):
+    """One evaluation run: its numbers overall, per category and per source (worst first), the diagnosis, the
+    gate verdict (null without a baseline) and, unless left out, every case."""
+
+    run_id: str
+    set: str
+    created_at: str
+    unit: str
+    k: list[int]
+    params: dict[str, Any]
+    cases_total: int
+    metrics: dict[str, float]
+    primary_metric: str
+    by_category: list[GroupOut]
+    by_source: list[GroupOut]
+    diagnosis: list[FindingOut]
+    gate: GateOut | None
+    cases: list[CaseOut] | None = None
+    warnings: list[str] = Field(default_factory=list)
+
+
 class BaselineRequest(_Strict):
     run_id: str
     name: str
+    replace: bool = Field(False, description="replace an existing baseline of that name (it is kept in history)")
 
 
 class BaselineResponse(BaseModel):
     name: str
     run_id: str
+    replaced: str | None = Field(None, description="run id of the baseline this one replaced")
 
 
 class SetSummary(BaseModel):
     name: str
     cases: int
+    warnings: list[str] = Field(default_factory=list, description="e.g. cases naming documents not in the index")
 
 
 class RunSummary(BaseModel):

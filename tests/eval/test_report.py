@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from eval.cases import Case, Label
@@ -99,6 +101,15 @@ def test_healthy() -> None:
     (finding,) = build_report(run).diagnosis
     assert (finding.scope, finding.problem) == ("overall", "none")
     assert "generation" in finding.advice
+
+
+def test_a_failed_gate_is_never_called_healthy() -> None:
+    run = dataclasses.replace(hit_or_miss({"a": True, "b": True}, x=["a", "b"]), gate={"verdict": "fail"})
+    (finding,) = build_report(run).diagnosis
+    assert (finding.scope, finding.problem) == ("overall", "regression against the baseline")
+    assert "healthy" not in finding.advice
+    passed = dataclasses.replace(run, gate={"verdict": "pass"})
+    assert build_report(passed).diagnosis[0].problem == "none"
 
 
 def test_recall_is_checked_before_mrr() -> None:

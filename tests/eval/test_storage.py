@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from eval.cases import Label, dump_jsonl
-from eval.errors import EvalError, UnknownName
+from eval.errors import AlreadyExists, EvalError, UnknownName
 from eval.runner import Run
 from eval.storage import (
     SNIPPET,
@@ -207,8 +207,8 @@ def test_promote_and_baseline_by_name_or_path(tmp_path: Path) -> None:
     store = RunStore(tmp_path / "runs", tmp_path / "baselines", fallback_baselines=None)
     run = sample_run()
     store.save(run)
-    path = store.promote(run.run_id, "main")
-    assert path == tmp_path / "baselines" / "main.json"
+    assert store.promote(run.run_id, "main") is None
+    path = tmp_path / "baselines" / "main.json"
     assert store.baseline("main") == run
     with pytest.raises(EvalError, match="baseline name"):  # the API names baselines; only the CLI reads paths
         store.baseline(str(path))
@@ -231,8 +231,25 @@ def test_baselines_fall_back_to_the_packaged_folder(tmp_path: Path) -> None:
     assert store.baseline("main").run_id == "shipped"
     local = dataclasses.replace(sample_run(), run_id="local")
     store.save(local)
-    store.promote("local", "main")
+    with pytest.raises(AlreadyExists, match="baseline 'main' exists \\(run shipped\\); send replace: true"):
+        store.promote("local", "main")  # shadowing a packaged baseline is a replacement too
+    assert store.baseline("main").run_id == "shipped"
+    assert store.promote("local", "main", replace=True) == "shipped"
     assert store.baseline("main").run_id == "local"
+
+
+def test_replacing_a_baseline_needs_asking_and_keeps_the_old_one(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs", tmp_path / "baselines", fallback_baselines=None)
+    first, second = sample_run(), dataclasses.replace(sample_run(), run_id="second")
+    store.save(first)
+    store.save(second)
+    store.promote(first.run_id, "main")
+    with pytest.raises(AlreadyExists):
+        store.promote("second", "main")
+    assert store.baseline("main") == first
+    assert store.promote("second", "main", replace=True) == first.run_id
+    assert store.baseline("main").run_id == "second"
+    assert load_baseline(str(tmp_path / "baselines" / "history" / f"main.{first.run_id}.json")) == first
 
 
 def test_malformed_run_files(tmp_path: Path) -> None:

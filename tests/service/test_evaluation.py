@@ -130,7 +130,7 @@ def test_set_uploads_are_checked_against_the_search_filters(tmp_path: Path) -> N
     service = EvalService(SetStore(tmp_path / "sets"), RunStore(tmp_path / "runs", tmp_path / "b"), parse_filters)
     good = '{"id": "a", "question": "q", "relevant": [{"doc_id": "d"}], "filters": {"tenant": "acme"}}'
     bad = '{"id": "b", "question": "q", "relevant": [{"doc_id": "d"}], "filters": {"tennant": "acme"}}'
-    assert service.put_set("s", good + "\n") == 1
+    assert len(service.put_set("s", good + "\n")) == 1
     with pytest.raises(EvalError, match=r"s:2: filters .* tennant"):
         service.put_set("s", good + "\n" + bad + "\n")
     assert len(service.sets.get("s")) == 1

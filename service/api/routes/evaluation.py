@@ -12,14 +12,22 @@ from eval.present import report_json
 from eval.report import build_report, mean_metrics
 from eval.trec import trec_run_lines
 from service.api.convert import run_params, to_params
-from service.api.deps import EvalsDep, PipelineDep, RuntimeDep, SettingsDep
-from service.api.schemas import BaselineRequest, BaselineResponse, EvalRunRequest, RunSummary, SetSummary
+from service.api.deps import EvalsDep, IndexDep, PipelineDep, RuntimeDep, SettingsDep
+from service.api.schemas import (
+    BaselineRequest,
+    BaselineResponse,
+    EvalReportOut,
+    EvalRunRequest,
+    RunSummary,
+    SetSummary,
+)
 from service.errors import InvalidRequest
+from service.evaluation import unknown_documents
 
 router = APIRouter(prefix="/eval", tags=["eval"])
 
 
-@router.post("/run")
+@router.post("/run", response_model=EvalReportOut)
 def run_eval(body: EvalRunRequest, runtime: RuntimeDep, pipeline: PipelineDep, settings: SettingsDep) -> dict[str, Any]:
     """Evaluate a set through the same pipeline as /search; with `baseline`, gate against it."""
     base = to_params(body.overrides, settings, reranker_configured=pipeline.reranker is not None)
@@ -39,7 +47,7 @@ def run_eval(body: EvalRunRequest, runtime: RuntimeDep, pipeline: PipelineDep, s
         baseline=body.baseline,
         gate_config=config,
     )
-    return report_json(ev.run, ev.report, ev.gate, cases=body.include_cases)
+    return {**report_json(ev.run, ev.report, ev.gate, cases=body.include_cases), "warnings": list(ev.warnings)}
 
 
 @router.get("/runs", response_model=list[RunSummary])
@@ -57,7 +65,7 @@ def list_runs(runtime: RuntimeDep) -> list[RunSummary]:
     ]
 
 
-@router.get("/runs/{run_id}")
+@router.get("/runs/{run_id}", response_model=EvalReportOut)
 def get_run(run_id: str, runtime: RuntimeDep) -> dict[str, Any]:
     run = runtime.evals.runs.get(run_id)
     return report_json(run, build_report(run), None)
@@ -72,8 +80,9 @@ def get_run_trec(run_id: str, runtime: RuntimeDep) -> Response:
 
 @router.post("/baselines", response_model=BaselineResponse, status_code=status.HTTP_201_CREATED)
 def promote(body: BaselineRequest, evals: EvalsDep) -> BaselineResponse:
-    evals.runs.promote(body.run_id, body.name)
-    return BaselineResponse(name=body.name, run_id=body.run_id)
+    """Promote a run to a named baseline; an existing one needs `replace: true` and is kept in history."""
+    replaced = evals.runs.promote(body.run_id, body.name, replace=body.replace)
+    return BaselineResponse(name=body.name, run_id=body.run_id, replaced=replaced)
 
 
 @router.get("/sets", response_model=list[SetSummary])
@@ -89,10 +98,13 @@ def export_set(name: str, runtime: RuntimeDep) -> Response:
 
 
 @router.put("/sets/{name}", response_model=SetSummary)
-async def import_set(name: str, request: Request, evals: EvalsDep) -> SetSummary:
-    """Replace a set with a JSON Lines body; a malformed one is rejected with its bad line numbers."""
+async def import_set(name: str, request: Request, evals: EvalsDep, index: IndexDep) -> SetSummary:
+    """Replace a set with a JSON Lines body; a malformed one is rejected with its bad line numbers. The set is
+    stored even if some cases name documents the index does not hold; `warnings` says which."""
     try:
         text = (await request.body()).decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidRequest("the body is not UTF-8 text: send the set as JSON Lines") from None
-    return SetSummary(name=name, cases=await run_in_threadpool(evals.put_set, name, text))
+    cases = await run_in_threadpool(evals.put_set, name, text)
+    warnings = await run_in_threadpool(unknown_documents, index.store, cases)
+    return SetSummary(name=name, cases=len(cases), warnings=warnings)

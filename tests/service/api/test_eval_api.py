@@ -39,7 +39,7 @@ JSONL = "".join(json.dumps(c) + "\n" for c in CASES)
 @pytest.fixture
 def ready(client: TestClient) -> TestClient:
     assert client.post("/documents", json={"documents": DOCS}).status_code == 200
-    assert client.put("/eval/sets/mini", content=JSONL).json() == {"name": "mini", "cases": 3}
+    assert client.put("/eval/sets/mini", content=JSONL).json() == {"name": "mini", "cases": 3, "warnings": []}
     return client
 
 
@@ -106,6 +106,8 @@ def test_set_export_and_rejected_upload_keeps_the_old_set(ready: TestClient) -> 
         ({"set": "mini", "overrides": {"mode": "fuzzy"}}, 422, "overrides.mode"),
         ({"set": "../etc/passwd"}, 422, "invalid"),
         ({"set": "mini", "baseline": "/etc/some.json"}, 422, "baseline name"),  # names only: no file reads
+        ({"set": "mini", "k": [1, 5], "metrics": ["ndgc@5"]}, 422, "unknown metric(s) ['ndgc@5'] for k=[1, 5]"),
+        ({"set": "mini", "metrics": ["hit@20"]}, 422, "known: hit@1, recall@1"),
     ],
 )
 def test_bad_eval_requests(ready: TestClient, body: dict, status: int, message: str) -> None:
@@ -117,3 +119,40 @@ def test_bad_eval_requests(ready: TestClient, body: dict, status: int, message: 
 def test_unknown_run(ready: TestClient) -> None:
     assert ready.get("/eval/runs/20260101T000000-abcdef").status_code == 404
     assert ready.post("/eval/baselines", json={"run_id": "20260101T000000-abcdef", "name": "x"}).status_code == 404
+
+
+def test_a_gated_run_reads_back_with_its_verdict_and_its_diagnosis_agrees(ready: TestClient) -> None:
+    run_id = ready.post("/eval/run", json={"set": "mini", "k": [1, 3]}).json()["run_id"]
+    assert ready.post("/eval/baselines", json={"run_id": run_id, "name": "b"}).status_code == 201
+    body = {"set": "mini", "k": [1, 3], "baseline": "b", "overrides": {"filters": {"doc_ids": ["billing/refunds"]}}}
+    worse = ready.post("/eval/run", json=body).json()
+    assert worse["gate"]["verdict"] == "fail"
+    stored = ready.get(f"/eval/runs/{worse['run_id']}").json()
+    assert stored["gate"] == worse["gate"]  # was null
+    assert "healthy" not in str(stored["diagnosis"])
+
+
+def test_a_baseline_is_replaced_only_when_asked_and_the_old_one_is_kept(ready: TestClient) -> None:
+    first = ready.post("/eval/run", json={"set": "mini", "k": [1, 3]}).json()["run_id"]
+    second = ready.post("/eval/run", json={"set": "mini", "k": [1, 3]}).json()["run_id"]
+    assert ready.post("/eval/baselines", json={"run_id": first, "name": "b"}).json()["replaced"] is None
+    r = ready.post("/eval/baselines", json={"run_id": second, "name": "b"})
+    assert r.status_code == 409
+    assert "send replace: true" in r.json()["detail"]
+    r = ready.post("/eval/baselines", json={"run_id": second, "name": "b", "replace": True})
+    assert r.json() == {"name": "b", "run_id": second, "replaced": first}
+    r = ready.post("/eval/baselines", json={"run_id": second, "name": "handbook"})  # would shadow the packaged one
+    assert r.status_code == 409
+
+
+def test_cases_naming_documents_not_in_the_index_are_kept_with_a_warning(ready: TestClient) -> None:
+    typo = {"id": "c9", "question": "vpn", "relevant": [{"doc_id": "it/vnp"}, {"chunk_id": "hr/leave#0"}]}
+    r = ready.put("/eval/sets/typo", content=JSONL + json.dumps(typo) + "\n")
+    assert r.status_code == 200
+    assert r.json()["cases"] == 4
+    assert r.json()["warnings"] == [
+        "1 case(s) name documents the index does not hold, so they can never pass: c9: it/vnp"
+    ]
+    assert ready.put("/eval/sets/mini", content=JSONL).json()["warnings"] == []
+    body = ready.post("/eval/run", json={"set": "typo"}).json()
+    assert body["warnings"] == r.json()["warnings"]
