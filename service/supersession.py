@@ -27,12 +27,16 @@ def superseders(store: VectorStore, doc_ids: Iterable[str]) -> dict[str, str]:
     where = Clause(
         must=(Match("kind", "head"), MatchAny("supersedes", ids), Match("declared_status", DocStatus.CURRENT))
     )
+    heads = store.scroll(where, limit=16 * len(ids) + 16, fields=("doc_id", "supersedes", "declared_status"))
+    return _superseded_by(h.payload for h in heads)
+
+
+def _superseded_by(heads: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """The rule, in one place: a current head naming `supersedes: X` retires X; the first such head by id wins."""
     out: dict[str, str] = {}
-    for r in sorted(
-        store.scroll(where, limit=16 * len(ids) + 16, fields=("doc_id", "supersedes")),
-        key=lambda r: r.payload["doc_id"],
-    ):
-        out.setdefault(r.payload["supersedes"], r.payload["doc_id"])
+    for h in sorted(heads, key=lambda h: h["doc_id"]):
+        if h.get("supersedes") and h.get("declared_status") == DocStatus.CURRENT:
+            out.setdefault(h["supersedes"], h["doc_id"])
     return out
 
 
@@ -59,10 +63,7 @@ def effective(heads: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, str | 
         ('superseded', 'b')
     """
     heads = list(heads)
-    by: dict[str, str] = {}
-    for h in sorted(heads, key=lambda h: h["doc_id"]):
-        if h.get("supersedes") and h.get("declared_status") == DocStatus.CURRENT:
-            by.setdefault(h["supersedes"], h["doc_id"])
+    by = _superseded_by(heads)
     return {
         h["doc_id"]: (DocStatus.SUPERSEDED.value, by[h["doc_id"]])
         if h["doc_id"] in by
