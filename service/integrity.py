@@ -142,15 +142,17 @@ def _points(store: VectorStore, unreadable: list[str]) -> Iterator[ScoredPoint]:
     """Every point with `FIELDS`; ids of points whose payload the engine cannot read go to `unreadable`."""
     offset: str | None = None
     while True:
-        ids, after = store.page(offset, PAGE, ())
         try:
-            yield from store.retrieve([p.id for p in ids], fields=FIELDS)
-        except StoreUnavailable:  # find the bad ones point by point
+            page, after = store.page(offset, PAGE, FIELDS)
+        except StoreUnavailable:  # a point on this page cannot be read: find it, point by point
+            ids, after = store.page(offset, PAGE, ())
+            page = []
             for p in ids:
                 try:
-                    yield from store.retrieve([p.id], fields=FIELDS)
+                    page += store.retrieve([p.id], fields=FIELDS)
                 except StoreUnavailable:
                     unreadable.append(p.id)
+        yield from page
         if after is None:
             return
         offset = after
