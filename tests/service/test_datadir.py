@@ -60,7 +60,10 @@ def test_other_processes_are_refused_and_touch_nothing(tmp_path: Path) -> None:
             assert result.returncode == 2, (args, result.stderr)
             assert "is in use by another Plumbline process" in result.stderr
         second = ServerProcess(data).start(wait_ready=False)
-        assert second.wait() == 2
+        try:
+            assert second.wait() == 2
+        finally:
+            second.kill()  # a no-op once it has exited; a server that stayed up must not outlive the test
         assert "is in use by another Plumbline process" in second.log
         assert not any("Uvicorn running" in line for line in second.lines)
         assert snapshot(data) == before
