@@ -114,15 +114,11 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.api.app import create_app
-    from service.errors import DataDirLocked, DataDirUnavailable
 
     app = create_app(_settings(args), preload=tuple(args.ingest))
-    try:  # refused here, before any port is bound, if another process holds the data directory
-        app.state.runtime.lock.acquire()
-    except DataDirLocked:
-        raise
-    except DataDirUnavailable:
-        pass  # e.g. read-only: serve, and let readiness say why nothing works
+    # refused here, before any port is bound, if another process holds the data directory; a read-only one is
+    # served, its readiness saying why nothing works
+    app.state.runtime.take_lock()
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return EXIT_OK
 
@@ -133,7 +129,6 @@ def _doctor(args: argparse.Namespace) -> int:
     from service.runtime import Runtime, build_store
 
     runtime = Runtime(_settings(args))
-    runtime.lock.acquire()
     try:
         try:
             runtime.warm_up(check=False)
@@ -145,8 +140,7 @@ def _doctor(args: argparse.Namespace) -> int:
                 store.close()
             done: list[str] = []
         else:
-            found, done = runtime.index.check(repair=args.repair)
-            after = runtime.index.check()[0] if done else found
+            found, done, after = runtime.index.check(repair=args.repair)
     finally:
         runtime.close()
     print("\n".join(found.lines()))

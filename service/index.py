@@ -273,10 +273,11 @@ class Index:
 
     def check(
         self, *, grace: float = 0.0, repair: bool = False, everything: bool = True
-    ) -> tuple[integrity.Report, list[str]]:
+    ) -> tuple[integrity.Report, list[str], integrity.Report]:
         """The integrity check (`service.integrity`) with writes held off; with `repair`, also fix what it found
         (all of it, or only leftovers and statuses: see `integrity.repair`), in a few rounds, since removing an
-        unreadable head turns its chunks into leftovers. The first report, and what was done."""
+        unreadable head turns its chunks into leftovers. The first report, what was done, and the last report
+        (the state after the repairs; the first one when nothing was done)."""
         with self._write_lock:
             found = report = integrity.check(self.store, grace=grace)
             done: list[str] = []
@@ -287,7 +288,7 @@ class Index:
                 done += actions
                 report = integrity.check(self.store, grace=grace)
             self._recount()
-        return found, done
+        return found, done, report
 
     def _validated(self, docs: Sequence[Document]) -> list[Document]:
         if not docs:

@@ -142,12 +142,9 @@ class Runtime:
             raise NotReady(self.error or "the service is still loading models; retry shortly")
         return self._pipeline
 
-    def start(self) -> None:
-        """Take the data directory's lock (raising `DataDirLocked` if another process holds it), then warm
-        up in a background thread, so liveness answers while models load (no-op once warm). A directory that
-        cannot be written leaves the service up but never ready, its readiness saying why."""
-        if self.ready or self._thread is not None or self.error:
-            return
+    def take_lock(self) -> bool:
+        """Take the data directory's lock: `DataDirLocked` propagates (another process holds it); a directory
+        that cannot be used is remembered as the reason the service is not ready, and False returned."""
         try:
             self.lock.acquire()
         except DataDirLocked:
@@ -155,6 +152,16 @@ class Runtime:
         except DataDirUnavailable as exc:
             self.error = str(exc)
             log.error("%s", exc)
+            return False
+        return True
+
+    def start(self) -> None:
+        """Take the data directory's lock (raising `DataDirLocked` if another process holds it), then warm
+        up in a background thread, so liveness answers while models load (no-op once warm). A directory that
+        cannot be written leaves the service up but never ready, its readiness saying why."""
+        if self.ready or self._thread is not None or self.error:
+            return
+        if not self.take_lock():
             return
         self._thread = threading.Thread(target=self._warm_up_logged, name="plumbline-warm-up", daemon=True)
         self._thread.start()
@@ -198,7 +205,7 @@ class Runtime:
         )
         if check:
             grace = 0.0 if s.backend == "edge" else 3600.0  # a shared server may have writes in flight
-            found, done = index.check(repair=s.repair_on_start, everything=False, grace=grace)
+            found, done, _ = index.check(repair=s.repair_on_start, everything=False, grace=grace)
             log.info("integrity check: %s", "; ".join(found.lines()) + (" (clean)" if found.clean else ""))
             for action in done:
                 log.warning("integrity repair: %s", action)

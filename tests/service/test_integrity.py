@@ -31,7 +31,7 @@ def open_index(path: Path) -> Index:
 def test_a_clean_index_is_clean(tmp_path: Path) -> None:
     index = open_index(tmp_path / "index")
     index.ingest([POL_A, POL_B])
-    report, done = index.check(repair=True)
+    report, done, _ = index.check(repair=True)
     assert report.clean
     assert done == []
     assert report.documents == 2
@@ -44,14 +44,14 @@ def test_a_status_update_lost_in_a_crash_is_repaired_by_any_re_ingest_and_on_sta
     assert index.get("pol/a").superseded_by == "pol/b"
     # what SIGKILL between pol/b's commit and the status update leaves: pol/a still says current
     index.store.set_payload(Clause(must=(Match("doc_id", "pol/a"),)), {"status": "current", "superseded_by": None})
-    report, _ = index.check()
+    report, _, _ = index.check()
     assert dict(report.statuses) == {"pol/a": ("superseded", "pol/b")}
     assert "status of 'pol/a' should be superseded (superseded by 'pol/b')" in report.lines()
     assert index.ingest([POL_B]).unchanged == 1  # re-sending either document, unchanged, repairs it
     assert index.get("pol/a").superseded_by == "pol/b"
     assert index.check()[0].clean
     index.store.set_payload(Clause(must=(Match("doc_id", "pol/a"),)), {"status": "current", "superseded_by": None})
-    report, done = index.check(repair=True, everything=False)  # what the server does on start
+    report, done, _ = index.check(repair=True, everything=False)  # what the server does on start
     assert done == ["corrected the status of 1 document(s)"]
     assert index.check()[0].clean
     assert index.store.count(Clause(must=(Match("doc_id", "pol/a"), Match("status", DocStatus.SUPERSEDED)))) == 3
@@ -75,7 +75,7 @@ def test_leftovers_are_found_and_removed(tmp_path: Path) -> None:
                 StorePoint(document_point_id("pol/a", gen), {**record.payload, "gen": gen}),
             ]
         )
-    report, done = index.check(repair=True, everything=False)
+    report, done, _ = index.check(repair=True, everything=False)
     assert len(report.leftovers) == 2 * (len(points) + 1)
     assert done == [f"removed 0 unreadable and {2 * (len(points) + 1)} leftover point(s)"]
     assert index.check()[0].clean
@@ -104,10 +104,10 @@ def test_unreadable_points_and_damaged_documents_are_left_on_start_and_removed_b
     for _ in range(130):
         deep = {"a": deep}
     index.store.upsert([StorePoint(chunk.id, {**chunk.payload, "metadata": deep}, [0.0] * 63 + [1.0])])
-    report, done = index.check(repair=True, everything=False)
+    report, done, _ = index.check(repair=True, everything=False)
     assert (report.unreadable, report.damaged, done) == ((chunk.id,), ("pol/a",), [])
     assert "1 damaged document(s), re-ingest them: 'pol/a'" in report.lines()
-    report, done = index.check(repair=True)
+    report, done, _ = index.check(repair=True)
     assert done == ["removed 1 unreadable and 0 leftover point(s)", "removed damaged document 'pol/a': re-ingest it"]
     assert index.check()[0].clean
     assert index.documents() == 1
