@@ -57,7 +57,14 @@ class HttpRetriever:
             raise EvalError(f"cannot reach {self.url}/search: {exc}") from None
         if response.status_code != 200:
             raise EvalError(f"{self.url}/search answered {response.status_code}: {response.text[:500]}")
+        # `current` is absent from servers older than stale@k: their hits count as current
         return [
-            Retrieved(h["chunk_id"], h["doc_id"], h.get("text", ""), float(h.get("score", 0.0)))
+            Retrieved(
+                h["chunk_id"],
+                h["doc_id"],
+                h.get("text", ""),
+                float(h.get("score", 0.0)),
+                stale=not h.get("current", True),
+            )
             for h in response.json()["hits"]
         ]

@@ -23,22 +23,26 @@ Unit = Literal["chunk", "doc"]
 
 @dataclass(frozen=True)
 class Retrieved:
-    """One ranked result as the evaluator sees it."""
+    """One ranked result as the evaluator sees it. `stale`: the result's document was not current when
+    it was retrieved (superseded, archived or draft, or past its valid_until); it feeds `stale@k`."""
 
     chunk_id: str
     doc_id: str
     text: str = ""
     score: float = 0.0
+    stale: bool = False
 
 
 @dataclass(frozen=True)
 class Judgement:
     """For one case: each positive label's first satisfying rank (1-based; None if missed) and grade,
-    and for each result whether it satisfies at least one positive label."""
+    and for each result (after the unit's collapse) whether it satisfies at least one positive label and
+    whether its document was stale (not current) when retrieved."""
 
     first_ranks: tuple[int | None, ...]
     grades: tuple[int, ...]
     relevant: tuple[bool, ...]
+    stale: tuple[bool, ...] = ()
 
 
 def normalize(text: str) -> str:
@@ -84,4 +88,5 @@ def judge(labels: Sequence[Label], results: Sequence[Retrieved], unit: Unit) -> 
     hits = [[satisfies(i, label) for i in range(len(ranked))] for label in positive]
     first_ranks = tuple(next((i + 1 for i, ok in enumerate(row) if ok), None) for row in hits)
     relevant = tuple(any(row[i] for row in hits) for i in range(len(ranked)))
-    return Judgement(first_ranks, tuple(label.grade for label in positive), relevant)
+    stale = tuple(r.stale for r in ranked)
+    return Judgement(first_ranks, tuple(label.grade for label in positive), relevant, stale)

@@ -3,8 +3,9 @@
 Notation: results r1..rn; L the positive labels (grade > 0), each with grade g(l) and first satisfying
 rank f(l) (∞ when no result satisfies it); rel(i) is true when r_i satisfies at least one label.
 Every function raises EvalError when L is empty: such a case is an error, never a 1.0 or a 0.0.
-With unit="doc" on BEIR-style data (one document per label) every function equals trec_eval's
-measure of the same name (see tests/eval/test_trec_eval_agreement.py).
+With unit="doc" on BEIR-style data (one document per label) every relevance function equals
+trec_eval's measure of the same name (see tests/eval/test_trec_eval_agreement.py); `stale@k`, the
+freshness guard, has no trec_eval equivalent and is the one metric where lower is better.
 """
 
 from __future__ import annotations
@@ -75,9 +76,33 @@ def _dcg(gains: Sequence[int], positions: Sequence[int] | range) -> float:
     return math.fsum(g / math.log2(1 + p) for g, p in zip(gains, positions, strict=False))
 
 
+def stale_at(j: Judgement, k: int) -> float:
+    """stale@k = 1 if some r_i with i ≤ k came from a document that was not current when retrieved
+    (superseded, archived, draft, or at or past its valid_until), else 0: the freshness guard.
+
+    Lower is better (see `lower_is_better`). Relevance plays no part: a stale document that answers the
+    question still counts. A short list counts only what came back (no results: 0). Never falls as k grows.
+    """
+    _check(j, k)
+    return 1.0 if any(j.stale[:k]) else 0.0
+
+
+LOWER_IS_BETTER = frozenset({"stale"})
+
+
+def lower_is_better(metric_name: str) -> bool:
+    """True for metrics where a rise is a regression (`stale@k`); the gate reverses its direction for them.
+
+    Example:
+        >>> lower_is_better("stale@10"), lower_is_better("recall@10")
+        (True, False)
+    """
+    return metric_name.partition("@")[0] in LOWER_IS_BETTER
+
+
 def metric_names(ks: Sequence[int]) -> list[str]:
-    """Report keys in a stable order: hit@k, recall@k, precision@k, mrr@k, ndcg@k per k, then mrr."""
-    names = [f"{m}@{k}" for k in sorted(set(ks)) for m in ("hit", "recall", "precision", "mrr", "ndcg")]
+    """Report keys in a stable order: hit@k, recall@k, precision@k, mrr@k, ndcg@k, stale@k per k, then mrr."""
+    names = [f"{m}@{k}" for k in sorted(set(ks)) for m in ("hit", "recall", "precision", "mrr", "ndcg", "stale")]
     return [*names, "mrr"]
 
 
@@ -90,5 +115,6 @@ def compute(j: Judgement, ks: Sequence[int]) -> dict[str, float]:
         out[f"precision@{k}"] = precision_at(j, k)
         out[f"mrr@{k}"] = mrr(j, k)
         out[f"ndcg@{k}"] = ndcg_at(j, k)
+        out[f"stale@{k}"] = stale_at(j, k)
     out["mrr"] = mrr(j)
     return out

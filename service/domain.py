@@ -100,7 +100,8 @@ class StageScore:
 
 @dataclass(frozen=True)
 class Hit:
-    """A ranked chunk with its document's fields, and per-stage ranks and scores for `explain`."""
+    """A ranked chunk with its document's fields, and per-stage ranks and scores for `explain`.
+    `status` is the document's effective status (superseded once a current document supersedes it)."""
 
     chunk: Chunk
     score: float
@@ -110,3 +111,19 @@ class Hit:
     tags: tuple[str, ...]
     updated_at: dt.datetime | None
     metadata: Mapping[str, Any]
+    valid_until: dt.datetime | None = None  # None: no end date
+
+    def current_at(self, now: dt.datetime) -> bool:
+        """Whether the document is current at `now` (timezone-aware): status current and `valid_until`
+        absent or later than `now` (expired at the instant itself, as the freshness filter has it).
+
+        Example:
+            >>> until = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+            >>> chunk = Chunk("a#0", "a", 0, "A", (), "x", 0, 1)
+            >>> hit = Hit(chunk, 1.0, {}, DocStatus.CURRENT, None, (), None, {}, valid_until=until)
+            >>> hit.current_at(until - dt.timedelta(seconds=1)), hit.current_at(until)
+            (True, False)
+            >>> Hit(chunk, 1.0, {}, DocStatus.SUPERSEDED, None, (), None, {}).current_at(until)
+            False
+        """
+        return self.status is DocStatus.CURRENT and (self.valid_until is None or self.valid_until > now)

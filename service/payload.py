@@ -141,4 +141,5 @@ def hit_from_payload(p: Mapping[str, Any], score: float, stages: Mapping[str, St
         tags=tuple(p.get("tags") or ()),
         updated_at=_parse(p.get("updated_at")),
         metadata=dict(p.get("metadata") or {}),
+        valid_until=None if p.get("valid_until") in (None, NEVER) else _parse(p["valid_until"]),
     )

@@ -12,10 +12,12 @@ from eval.cases import Case
 from eval.errors import EvalError
 from eval.gate import GateConfig, compare, default_metrics, paired_randomization_p
 from eval.matching import Retrieved
+from eval.runner import Run
 
 from .helpers import doc_case, docs, filler, run_with
 
-GATED = ("hit@10", "recall@10", "mrr@10", "ndcg@10")
+GATED = ("hit@10", "recall@10", "mrr@10", "ndcg@10")  # the relevance metrics gated by default
+DEFAULT = (*GATED, "stale@10")  # and the freshness guard, which nothing here makes stale unless it says so
 
 
 def make_set(n: int, categories: Callable[[int], str] = lambda i: f"cat{i // 10}") -> list[Case]:
@@ -47,7 +49,7 @@ BASE = run_with(CASES, good, ks=(1, 5, 10))
 
 
 def test_default_metrics_are_at_the_largest_k() -> None:
-    assert default_metrics(BASE) == GATED
+    assert default_metrics(BASE) == DEFAULT
 
 
 def test_a_run_passes_against_itself() -> None:
@@ -61,7 +63,7 @@ def test_a_run_passes_against_itself() -> None:
         assert gate.better_cases == 0
         assert gate.warnings == ()
         assert all(c.p_value is None and c.delta == 0 and not c.failed for c in gate.checks)
-        assert {c.metric for c in gate.checks} == set(GATED)
+        assert {c.metric for c in gate.checks} == set(DEFAULT)
 
 
 def test_dropping_a_third_of_the_cases_fails_and_names_metrics_and_cases() -> None:
@@ -103,7 +105,8 @@ def test_an_improvement_passes_and_is_counted() -> None:
     assert gate.passed
     assert gate.better_cases == 10
     assert gate.worse_cases == ()
-    assert all(c.p_value is not None and c.p_value > 0.5 for c in gate.checks)
+    assert all(c.p_value is not None and c.p_value > 0.5 for c in gate.checks if c.metric in GATED)
+    assert all(c.p_value is None for c in gate.checks if c.metric == "stale@10")  # unchanged
 
 
 def test_worse_cases_are_listed_biggest_drop_first() -> None:
@@ -132,7 +135,7 @@ def test_a_category_collapse_fails_even_when_the_mean_is_within_tolerance() -> N
     collapsed = run_with(cases, lambda c: filler(c.id, 10) if c.category == "billing" else good(c), ks=(1, 5, 10))
     cfg = GateConfig(tolerance=0.06, category_tolerance=0.10)
     gate = compare(collapsed, base, cfg)
-    overall = [c for c in gate.checks if c.scope == "overall"]
+    overall = [c for c in gate.checks if c.scope == "overall" and c.metric in GATED]
     assert all(c.delta == pytest.approx(-0.05) and not c.failed for c in overall)
     assert not gate.passed
     assert {c.scope for c in gate.checks if c.failed} == {"category:billing"}
@@ -157,8 +160,8 @@ def test_require_significance() -> None:
     cases = make_set(20)
     base = run_with(cases, good, ks=(1, 5, 10))
     one_case = run_with(cases, lambda c: filler(c.id, 10) if c.id == "c013" else good(c), ks=(1, 5, 10))
-    plain = GateConfig(category_tolerance=None)
-    strict = GateConfig(category_tolerance=None, require_significance=True)
+    plain = GateConfig(metrics=GATED, category_tolerance=None)
+    strict = GateConfig(metrics=GATED, category_tolerance=None, require_significance=True)
     # a single case lost: the mean falls 0.05, beyond the tolerance, but that is within the set's noise
     gate = compare(one_case, base, plain)
     assert not gate.passed
@@ -202,6 +205,83 @@ def test_different_unit_raises() -> None:
     doc_run = run_with(CASES, good, ks=(1, 5, 10), unit="doc")
     with pytest.raises(EvalError, match="unit='doc' but the baseline is unit='chunk'"):
         compare(doc_run, BASE)
+
+
+def staling(every: int) -> Callable[[Case], Sequence[Retrieved]]:
+    """Keeps every relevant document but makes the tenth result stale for every `every`-th case."""
+
+    def fn(c: Case) -> Sequence[Retrieved]:
+        ranking = list(good(c))
+        if int(c.id[1:]) % every == 0:
+            ranking[-1] = dataclasses.replace(ranking[-1], stale=True)
+        return ranking
+
+    return fn
+
+
+def test_a_rise_in_stale_fails_because_lower_is_better() -> None:
+    stale = run_with(CASES, staling(3), ks=(1, 5, 10))
+    gate = compare(stale, BASE)
+    assert not gate.passed
+    overall = {c.metric: c for c in gate.checks if c.scope == "overall"}
+    check = overall["stale@10"]
+    assert (check.baseline, check.current, check.failed) == (0.0, pytest.approx(1 / 3), True)
+    assert check.p_value is not None
+    assert check.p_value < 0.01  # the test asks whether it rose this much by chance
+    assert not any(overall[m].failed for m in GATED)  # relevance is untouched
+    assert any(r.startswith("stale@10 (overall) rose 0.333 from 0.000 to 0.333") for r in gate.reasons)
+    assert not any("fell" in r for r in gate.reasons)
+    stale_cases = {f"c{i:03d}" for i in range(0, 30, 3)}
+    assert {(w.case_id, w.metric, w.baseline, w.current) for w in gate.worse_cases} == {
+        (c, "stale@10", 0.0, 1.0) for c in stale_cases
+    }
+    assert gate.better_cases == 0
+    assert {(c.metric, c.scope) for c in gate.checks if c.failed} == {
+        ("stale@10", s) for s in ("overall", "category:cat0", "category:cat1", "category:cat2")
+    }
+    assert not compare(stale, BASE, GateConfig(require_significance=True)).passed
+    # within tolerance it passes; going back to fresh results is an improvement, never a regression
+    assert compare(stale, BASE, GateConfig(per_metric={"stale@10": 0.4}, category_tolerance=None)).passed
+    back = compare(BASE, stale)
+    assert back.passed
+    assert back.worse_cases == ()
+    assert back.better_cases == len(stale_cases)
+
+
+def test_stale_and_relevance_regressions_are_listed_worst_first() -> None:
+    def both(c: Case) -> Sequence[Retrieved]:
+        i = int(c.id[1:])
+        if i == 4:
+            return [dataclasses.replace(r, stale=True) for r in good(c)]  # stale@10 rises by 1
+        if i == 7:
+            return [*good(c)[:1], *filler(c.id, 9)]  # recall@10 falls by 0.5
+        return good(c)
+
+    gate = compare(run_with(CASES, both, ks=(1, 5, 10)), BASE, GateConfig(metrics=("recall@10", "stale@10")))
+    assert [(w.case_id, w.metric) for w in gate.worse_cases] == [("c004", "stale@10"), ("c007", "recall@10")]
+
+
+def without_stale(run: Run) -> Run:
+    """The run as stored before stale@k existed."""
+    cases = tuple(
+        dataclasses.replace(c, metrics={m: v for m, v in c.metrics.items() if not m.startswith("stale@")})
+        for c in run.cases
+    )
+    return dataclasses.replace(run, cases=cases)
+
+
+def test_a_baseline_that_predates_stale_still_gates_with_a_warning() -> None:
+    old = without_stale(BASE)
+    gate = compare(run_with(CASES, staling(3), ks=(1, 5, 10)), old)
+    assert gate.passed  # stale@10 rose, but the baseline cannot say
+    assert gate.warnings == ("the baseline predates stale@10; it is not gated",)
+    assert {c.metric for c in gate.checks} == set(GATED)
+    assert not compare(run_with(CASES, dropping(3), ks=(1, 5, 10)), old).passed  # the rest is still gated
+    # an old run against a new baseline: the same
+    assert compare(old, BASE).warnings == ("the run predates stale@10; it is not gated",)
+    # asked for by name, it must be in both runs
+    with pytest.raises(EvalError, match=r"\['stale@10'\] are not in both runs"):
+        compare(BASE, old, GateConfig(metrics=("hit@10", "stale@10")))
 
 
 def test_missing_metrics_raise() -> None:

@@ -29,7 +29,7 @@ class FakeSearch:
             return httpx.Response(self.status, text="index not ready")
         hits = [
             {"chunk_id": "a#0", "doc_id": "a", "text": "first", "score": 2.5, "title": "A"},
-            {"chunk_id": "b#1", "doc_id": "b"},
+            {"chunk_id": "b#1", "doc_id": "b", "current": False},
         ]
         return httpx.Response(200, json={"hits": hits, "timings_ms": {}})
 
@@ -42,7 +42,8 @@ def retriever(fake: FakeSearch, **overrides: object) -> HttpRetriever:
 def test_hits_become_retrieved_results() -> None:
     fake = FakeSearch()
     (out,) = retriever(fake).retrieve([Query("refund window", k=10)])
-    assert out == [Retrieved("a#0", "a", "first", 2.5), Retrieved("b#1", "b", "", 0.0)]
+    # `current` false is a stale result; no `current` (a server older than stale@k) counts as current
+    assert out == [Retrieved("a#0", "a", "first", 2.5), Retrieved("b#1", "b", "", 0.0, stale=True)]
     assert fake.bodies == [{"query": "refund window", "k": 10, "filters": {}}]
 
 
@@ -80,3 +81,4 @@ def test_runs_a_set_end_to_end() -> None:
     run = run_set([doc_case("c1", "b"), doc_case("c2", "z")], retriever(fake), set_name="remote", ks=(1, 2))
     assert [c.metrics["mrr"] for c in run.cases] == [0.5, 0.0]
     assert [b["k"] for b in fake.bodies] == [2, 2]
+    assert [(c.metrics["stale@1"], c.metrics["stale@2"]) for c in run.cases] == [(0.0, 1.0), (0.0, 1.0)]

@@ -88,7 +88,7 @@ def test_one_chunk_can_satisfy_several_labels() -> None:
 def test_grade_zero_labels_are_left_out_of_the_judgement() -> None:
     labels = [Label(doc_id="a", grade=0), Label(doc_id="b", grade=3), Label(chunk_id="c#1", grade=0)]
     j = judge(labels, [res("a#0"), res("c#1"), res("b#0")], "chunk")
-    assert j == Judgement(first_ranks=(3,), grades=(3,), relevant=(False, False, True))
+    assert j == Judgement(first_ranks=(3,), grades=(3,), relevant=(False, False, True), stale=(False, False, False))
 
 
 def test_no_positive_label_raises() -> None:
@@ -145,3 +145,10 @@ def test_doc_unit_uses_the_result_doc_id_not_the_chunk_id() -> None:
     results = [Retrieved(chunk_id="opaque-1", doc_id="a"), Retrieved(chunk_id="opaque-2", doc_id="b")]
     assert judge([Label(doc_id="b")], results, "doc").first_ranks == (2,)
     assert judge([Label(doc_id="b")], results, "chunk").first_ranks == (2,)
+
+
+def test_stale_flags_follow_the_ranked_list_after_the_unit_collapse() -> None:
+    old = Retrieved("old#0", "old", stale=True)
+    results = [res("a#0"), res("a#1"), old, Retrieved("old#1", "old", stale=True), res("b#0")]
+    assert judge([Label(doc_id="b")], results, "chunk").stale == (False, False, True, True, False)
+    assert judge([Label(doc_id="b")], results, "doc").stale == (False, True, False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -12,7 +13,17 @@ from hypothesis import strategies as st
 from eval.cases import Case, Label
 from eval.errors import EvalError
 from eval.matching import Judgement, Retrieved, Unit, judge
-from eval.metrics import compute, hit_at, metric_names, mrr, ndcg_at, precision_at, recall_at
+from eval.metrics import (
+    compute,
+    hit_at,
+    lower_is_better,
+    metric_names,
+    mrr,
+    ndcg_at,
+    precision_at,
+    recall_at,
+    stale_at,
+)
 
 from .helpers import res
 
@@ -129,13 +140,37 @@ def test_hit_and_recall_with_several_labels() -> None:
     assert recall_at(j, 3) == 0.5
 
 
-@pytest.mark.parametrize("fn", [hit_at, recall_at, precision_at, ndcg_at, mrr])
+def test_stale_at_counts_any_stale_result_in_the_top_k() -> None:
+    # five results, the fourth from a stale document; relevance plays no part
+    j = Judgement(
+        first_ranks=(2, 4, None),
+        grades=(1, 1, 1),
+        relevant=(False, True, False, True, False),
+        stale=(False, False, False, True, False),
+    )
+    assert [stale_at(j, k) for k in (1, 3, 4, 5, 10)] == [0.0, 0.0, 1.0, 1.0, 1.0]
+    assert stale_at(J, 10) == 0.0  # nothing stale came back
+
+
+def test_stale_at_counts_only_what_came_back() -> None:
+    j = judge([Label(doc_id="a")], [res("a#0"), Retrieved("old#0", "old", stale=True)], "chunk")
+    assert j.stale == (False, True)
+    assert stale_at(j, 1) == 0.0
+    assert stale_at(j, 2) == stale_at(j, 100) == 1.0
+    assert stale_at(judge([Label(doc_id="a")], [], "chunk"), 5) == 0.0  # nothing came back: nothing stale
+
+
+def test_only_stale_is_lower_is_better() -> None:
+    assert [m for m in metric_names([1, 10]) if lower_is_better(m)] == ["stale@1", "stale@10"]
+
+
+@pytest.mark.parametrize("fn", [hit_at, recall_at, precision_at, ndcg_at, mrr, stale_at])
 def test_no_labels_is_an_error(fn: Callable[[Judgement, int], float]) -> None:
     with pytest.raises(EvalError, match="grade above 0"):
         fn(Judgement((), (), (True, False)), 5)
 
 
-@pytest.mark.parametrize("fn", [hit_at, recall_at, precision_at, ndcg_at, mrr])
+@pytest.mark.parametrize("fn", [hit_at, recall_at, precision_at, ndcg_at, mrr, stale_at])
 @pytest.mark.parametrize("k", [0, -1])
 def test_k_below_one_is_an_error(fn: Callable[[Judgement, int], float], k: int) -> None:
     with pytest.raises(EvalError, match="k must be at least 1"):
@@ -145,12 +180,13 @@ def test_k_below_one_is_an_error(fn: Callable[[Judgement, int], float], k: int) 
 def test_metric_names_and_compute() -> None:
     names = metric_names([10, 1, 10])
     assert names == [
-        "hit@1", "recall@1", "precision@1", "mrr@1", "ndcg@1",
-        "hit@10", "recall@10", "precision@10", "mrr@10", "ndcg@10",
+        "hit@1", "recall@1", "precision@1", "mrr@1", "ndcg@1", "stale@1",
+        "hit@10", "recall@10", "precision@10", "mrr@10", "ndcg@10", "stale@10",
         "mrr",
     ]  # fmt: skip
     values = compute(J, [10, 1, 10])
     assert list(values) == names
+    assert values["stale@10"] == 0.0
     assert values["hit@10"] == 1.0
     assert values["recall@10"] == pytest.approx(2 / 3)
     assert values["precision@1"] == 0.0
@@ -165,12 +201,16 @@ DOCS = ["a", "b", "c", "d", "e", "f"]
 
 @st.composite
 def results_st(draw: st.DrawFn, min_size: int = 0, max_size: int = 15) -> list[Retrieved]:
-    """A ranked list of distinct chunks from a few documents, with short texts over a small vocabulary."""
+    """A ranked list of distinct chunks from a few documents, with short texts over a small vocabulary;
+    some documents are stale (every chunk of a document shares its staleness)."""
+    stale_docs = draw(st.sets(st.sampled_from(DOCS)))
     pairs = draw(
         st.lists(st.tuples(st.sampled_from(DOCS), st.integers(0, 5)), min_size=min_size, max_size=max_size, unique=True)
     )
     return [
-        Retrieved(f"{d}#{n}", d, " ".join(draw(st.lists(st.sampled_from(WORDS), max_size=6))), float(-i))
+        Retrieved(
+            f"{d}#{n}", d, " ".join(draw(st.lists(st.sampled_from(WORDS), max_size=6))), float(-i), d in stale_docs
+        )
         for i, (d, n) in enumerate(pairs)
     ]
 
@@ -225,6 +265,20 @@ def test_hit_and_recall_never_fall_as_k_grows(labels: list[Label], results: list
 
 
 @given(labels_st, results_st(), units)
+def test_stale_never_falls_as_k_grows_and_flags_exactly_the_stale_top_k(
+    labels: list[Label], results: list[Retrieved], unit: Unit
+) -> None:
+    j = judge(labels, results, unit)
+    values = [stale_at(j, k) for k in KS]
+    assert values == sorted(values)
+    # restated without eval.matching: doc unit ranks documents by their first chunk
+    ranked = list(dict.fromkeys(r.doc_id for r in results)) if unit == "doc" else [r.doc_id for r in results]
+    stale = {r.doc_id for r in results if r.stale}
+    for k in KS:
+        assert (stale_at(j, k) == 1.0) == any(d in stale for d in ranked[:k])
+
+
+@given(labels_st, results_st(), units)
 def test_metrics_agree_with_each_other(labels: list[Label], results: list[Retrieved], unit: Unit) -> None:
     j = judge(labels, results, unit)
     for k in KS:
@@ -267,7 +321,7 @@ def test_permuting_below_k_leaves_every_at_k_metric_unchanged(
 def test_scores_do_not_matter_only_the_order(
     labels: list[Label], results: list[Retrieved], unit: Unit, scale: float, shift: float
 ) -> None:
-    rescored = [Retrieved(r.chunk_id, r.doc_id, r.text, r.score * scale + shift) for r in results]
+    rescored = [dataclasses.replace(r, score=r.score * scale + shift) for r in results]
     assert compute(judge(labels, results, unit), KS) == compute(judge(labels, rescored, unit), KS)
 
 
@@ -288,7 +342,7 @@ def test_no_positive_label_raises(zeros: list[Label], results: list[Retrieved], 
     with pytest.raises(EvalError):
         Case("c", "q", tuple(zeros))
     fake = Judgement((), (), tuple(bool(i % 2) for i in range(len(results))))
-    for fn in (hit_at, recall_at, precision_at, ndcg_at, mrr):
+    for fn in (hit_at, recall_at, precision_at, ndcg_at, mrr, stale_at):
         with pytest.raises(EvalError):
             fn(fake, 1)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 
@@ -46,7 +47,7 @@ def test_report_json_keys_and_metric_names() -> None:
     assert body["cases_total"] == 3
     assert body["primary_metric"] == "recall@10"
     assert set(body["metrics"]) == {
-        *(f"{m}@{k}" for m in ("hit", "recall", "precision", "mrr", "ndcg") for k in (1, 5, 10)),
+        *(f"{m}@{k}" for m in ("hit", "recall", "precision", "mrr", "ndcg", "stale") for k in (1, 5, 10)),
         "mrr",
     }
     assert body["metrics"]["hit@5"] == round(2 / 3, 6)
@@ -90,7 +91,7 @@ def test_format_table_shows_metrics_groups_diagnosis_and_verdict() -> None:
     table = format_table(run, build_report(run), gate)
     lines = table.splitlines()
     assert lines[0] == f"run {run.run_id}  set test  unit chunk  k [1, 5, 10]"
-    for name in ("hit@10", "recall@10", "precision@10", "mrr@10", "ndcg@10", "cases"):
+    for name in ("hit@10", "recall@10", "precision@10", "mrr@10", "ndcg@10", "stale@10", "cases"):
         assert name in lines[1]
     assert lines[2].split()[:3] == ["all", "3", "0.667"]
     category_rows = lines[lines.index("-- by category (worst first)") + 1 : lines.index("-- by source")]
@@ -109,6 +110,20 @@ def test_format_table_for_a_passing_gate_and_none() -> None:
     plain = format_table(base, report, None)
     assert "-- gate" not in plain
     assert "overall: retrieval looks healthy" in plain  # a healthy finding prints its advice only
+
+
+def test_a_run_stored_before_stale_still_presents() -> None:
+    base, _ = runs()
+    old = dataclasses.replace(
+        base,
+        cases=tuple(
+            dataclasses.replace(c, metrics={m: v for m, v in c.metrics.items() if not m.startswith("stale@")})
+            for c in base.cases
+        ),
+    )
+    report = build_report(old)
+    assert "stale@10" not in format_table(old, report, None).splitlines()[1]
+    assert "stale@10" not in report_json(old, report, None)["metrics"]
 
 
 def test_format_table_lists_at_most_fifteen_worse_cases() -> None:

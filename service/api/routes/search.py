@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import anyio
 from fastapi import APIRouter
 
@@ -25,6 +27,7 @@ async def search(body: SearchRequest, pipeline: PipelineDep, settings: SettingsD
         explain=body.explain,
         distinct_docs=body.distinct_docs,
     )
+    now = dt.datetime.now(dt.UTC)  # before the search's own clock: a hit its freshness filter let through is current
     try:
         with anyio.fail_after(settings.search_timeout_seconds):
             result = await anyio.to_thread.run_sync(pipeline.search, body.query, params, abandon_on_cancel=True)
@@ -35,7 +38,7 @@ async def search(body: SearchRequest, pipeline: PipelineDep, settings: SettingsD
     effective = describe(params, body)
     effective["rerank_model"] = pipeline.reranker.name if pipeline.reranker else None
     return SearchResponse(
-        hits=[HitOut.of(h, params.explain) for h in result.hits],
+        hits=[HitOut.of(h, params.explain, now) for h in result.hits],
         timings_ms=dict(result.timings_ms),
         params=effective,
         reranked=result.reranked,

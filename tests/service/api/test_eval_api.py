@@ -77,6 +77,7 @@ def test_run_report_store_and_gate(ready: TestClient) -> None:
     assert {w["case_id"] for w in worse["gate"]["worse_cases"]} == {"c1", "c2"}
     metrics = ready.get("/metrics").text
     assert 'plumbline_eval_metric{category="all",k="3",metric="hit",set="mini"}' in metrics
+    assert 'plumbline_eval_metric{category="all",k="3",metric="stale",set="mini"} 0.0' in metrics  # all current
     assert 'plumbline_eval_gate_passed{set="mini"} 0.0' in metrics
 
 
@@ -130,6 +131,24 @@ def test_a_gated_run_reads_back_with_its_verdict_and_its_diagnosis_agrees(ready:
     stored = ready.get(f"/eval/runs/{worse['run_id']}").json()
     assert stored["gate"] == worse["gate"]  # was null
     assert "healthy" not in str(stored["diagnosis"])
+
+
+def test_the_freshness_guard_fails_a_run_that_serves_superseded_documents(ready: TestClient) -> None:
+    old = [{"id": f"{d['id']}-2024", "title": d["title"], "text": d["text"], "status": "superseded"} for d in DOCS]
+    assert ready.post("/documents", json={"documents": old}).status_code == 200
+    fresh = ready.post("/eval/run", json={"set": "mini", "k": [1, 3]}).json()
+    assert fresh["metrics"]["stale@3"] == 0.0
+    assert ready.post("/eval/baselines", json={"run_id": fresh["run_id"], "name": "fresh"}).status_code == 201
+    body = {"set": "mini", "k": [1, 3], "baseline": "fresh", "overrides": {"fresh_only": False}}
+    stale = ready.post("/eval/run", json=body).json()
+    assert stale["metrics"]["stale@3"] == 1.0  # every old copy is as good a match as its current one
+    assert stale["gate"]["verdict"] == "fail"
+    assert any(r.startswith("stale@3 (overall) rose 1.000 from 0.000 to 1.000") for r in stale["gate"]["reasons"])
+    assert {(w["case_id"], w["metric"]) for w in stale["gate"]["worse_cases"] if w["metric"] == "stale@3"} == {
+        ("c1", "stale@3"),
+        ("c2", "stale@3"),
+        ("c3", "stale@3"),
+    }
 
 
 def test_a_baseline_is_replaced_only_when_asked_and_the_old_one_is_kept(ready: TestClient) -> None:

@@ -78,6 +78,32 @@ def test_filters_over_http(loaded: TestClient) -> None:
     assert other.json()["hits"] == []
 
 
+def test_each_hit_says_whether_its_document_is_current(loaded: TestClient) -> None:
+    more = [
+        {"id": "draft", "title": "D", "text": "# D\n\nPassword length will be 20.", "status": "draft"},
+        {"id": "later", "title": "L", "text": "# L\n\nPassword length rule.", "valid_until": "2999-01-01T00:00:00Z"},
+        # declares itself current, but a current document supersedes it: its effective status is superseded
+        {"id": "retired", "title": "R", "text": "# R\n\nPassword length was 8."},
+        {"id": "successor", "title": "S", "text": "# S\n\nSee the password page.", "supersedes": "retired"},
+    ]
+    assert loaded.post("/documents", json={"documents": more}).status_code == 200
+    body = {"query": "password length", "k": 20, "fresh_only": False}
+    current = {h["doc_id"]: h["current"] for h in loaded.post("/search", json=body).json()["hits"]}
+    assert current == {
+        "pw": True,
+        "vpn": True,
+        "later": True,
+        "successor": True,
+        "pw-2024": False,  # superseded
+        "promo": False,  # expired
+        "draft": False,
+        "retired": False,
+    }
+    fresh = loaded.post("/search", json={**body, "fresh_only": True}).json()["hits"]
+    assert fresh
+    assert all(h["current"] for h in fresh)
+
+
 def test_rerank_request_without_model_is_reported(loaded: TestClient) -> None:
     body = loaded.post("/search", json={"query": "password", "rerank": True}).json()
     assert body["reranked"] is False
