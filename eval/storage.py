@@ -1,7 +1,8 @@
-"""Files: labelled sets (JSON Lines), runs and baselines (JSON). Writes are atomic and durable.
+"""Labelled sets (JSON Lines), runs and baselines (JSON): their formats, and the stores that find them by name.
 
-Sets and baselines that ship with the code live in `eval/sets/` and `eval/baselines/` (version
-control); the service writes its own under its data directory and looks there first.
+Sets and baselines that ship with the code live in `eval/sets/` and `eval/baselines/` (version control) and
+are read-only seeds; the service keeps its own in its state store (`Records`) and looks there first. Files
+(`--save-run`, a set or baseline given by path) are written atomically and durably.
 """
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from eval.cases import Case, Label, dump_jsonl, load_cases, parse_jsonl
 from eval.errors import AlreadyExists, EvalError, UnknownName
 from eval.faults import crash_point
 from eval.matching import Retrieved
+from eval.report import mean_metrics
 from eval.runner import CaseResult, Run
 
 log = logging.getLogger("plumbline")
@@ -56,68 +59,121 @@ def write_atomic(path: Path, text: str) -> None:
         os.close(dir_fd)
 
 
+class Records(Protocol):
+    """Where the service keeps writable sets, runs and baselines: `service.state.StateStore` (SQLite or
+    PostgreSQL). Bodies are text as `dump_jsonl` and `dump_run` write them; this module parses them."""
+
+    def get_set(self, name: str) -> str | None: ...
+    def put_set(self, name: str, body: str) -> None: ...
+    def set_names(self) -> list[str]: ...
+    def save_run(self, run_id: str, set_name: str, created_at: str, summary: str, record: str) -> None: ...
+    def get_run(self, run_id: str) -> str | None: ...
+    def run_summaries(self, limit: int, offset: int, set_name: str | None) -> list[str]: ...
+    def latest_run_records(self) -> list[str]: ...
+    def get_baseline(self, name: str) -> str | None: ...
+    def put_baseline(self, name: str, run_id: str, record: str, *, replace: bool) -> str | None: ...
+
+
 class SetStore:
-    """Labelled sets by name: `<dir>/<name>.jsonl`, then the packaged `eval/sets/<name>.jsonl`."""
+    """Labelled sets by name: the writable ones in `records`, then the read-only seeds `<seeds>/<name>.jsonl`
+    (the packaged `eval/sets/`). With `records` None (a CLI reading the packaged sets) it cannot write."""
 
-    def __init__(self, directory: Path, fallback: Path | None = PACKAGE_DIR / "sets") -> None:
-        self.directory = directory
-        self.fallback = fallback
+    def __init__(self, records: Records | None, seeds: Path | None = PACKAGE_DIR / "sets") -> None:
+        self.records = records
+        self.seeds = seeds
 
-    def path(self, name: str) -> Path:
+    def text(self, name: str) -> str:
         check_name(name, "set")
-        for folder in (self.directory, self.fallback):
-            if folder is not None and (folder / f"{name}.jsonl").is_file():
-                return folder / f"{name}.jsonl"
+        body = self.records.get_set(name) if self.records is not None else None
+        if body is not None:
+            return body
+        if self.seeds is not None and (self.seeds / f"{name}.jsonl").is_file():
+            return (self.seeds / f"{name}.jsonl").read_text(encoding="utf-8")
         raise UnknownName(f"no labelled set named {name!r}; known: {', '.join(self.names()) or 'none'}")
 
     def get(self, name: str) -> list[Case]:
-        return load_cases(self.path(name))
+        return parse_jsonl(self.text(name), name)
 
     def put(self, name: str, text: str, check: Callable[[Case], object] | None = None) -> list[Case]:
         """Validate then replace; a malformed upload raises with its line numbers and changes nothing."""
+        if self.records is None:
+            raise EvalError("this set store is read-only")
         cases = parse_jsonl(text, check_name(name, "set"), check)
-        write_atomic(self.directory / f"{name}.jsonl", dump_jsonl(cases))
+        self.records.put_set(name, dump_jsonl(cases))
         return cases
 
     def names(self) -> list[str]:
-        folders = [f for f in (self.directory, self.fallback) if f is not None and f.is_dir()]
-        return sorted({p.stem for f in folders for p in f.glob("*.jsonl")})
+        stored = set(self.records.set_names()) if self.records is not None else set()
+        seeds = (
+            {p.stem for p in self.seeds.glob("*.jsonl")} if self.seeds is not None and self.seeds.is_dir() else set()
+        )
+        return sorted(stored | seeds)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """A run without its cases: what a listing shows."""
+
+    run_id: str
+    set_name: str
+    created_at: str
+    unit: str
+    cases: int
+    metrics: Mapping[str, float]
+    gate: str | None  # "pass", "fail", or None when not gated
 
 
 class RunStore:
-    """Runs as `<dir>/<run id>.json`; baselines as `<baselines dir>/<name>.json` (packaged ones too)."""
+    """Runs by id and baselines by name in `records`; baselines also from the read-only seeds (the packaged
+    `eval/baselines/<name>.json`), which a stored baseline of the same name shadows."""
 
-    def __init__(
-        self, runs_dir: Path, baselines_dir: Path, fallback_baselines: Path | None = PACKAGE_DIR / "baselines"
-    ) -> None:
-        self.runs_dir = runs_dir
-        self.baselines_dir = baselines_dir
-        self.fallback_baselines = fallback_baselines
+    def __init__(self, records: Records | None, seeds: Path | None = PACKAGE_DIR / "baselines") -> None:
+        self.records = records
+        self.seeds = seeds
+
+    def _writable(self) -> Records:
+        if self.records is None:
+            raise EvalError("this run store is read-only")
+        return self.records
 
     def save(self, run: Run) -> None:
-        write_atomic(self.runs_dir / f"{check_name(run.run_id, 'run')}.json", dump_run(run))
+        summary = {
+            "unit": run.unit,
+            "cases": len(run.cases),
+            "metrics": mean_metrics(run.cases),
+            "gate": run.gate.get("verdict") if run.gate else None,
+        }
+        self._writable().save_run(
+            check_name(run.run_id, "run"), run.set_name, run.created_at, json.dumps(summary), dump_run(run)
+        )
 
     def get(self, run_id: str) -> Run:
-        path = self.runs_dir / f"{check_name(run_id, 'run')}.json"
-        if not path.is_file():
+        record = self._writable().get_run(check_name(run_id, "run"))
+        if record is None:
             raise UnknownName(f"no run with id {run_id!r}")
-        return load_run(path)
+        return run_from_json(json.loads(record))
 
-    def list(self) -> list[Run]:
-        """Every readable run, newest first; an unreadable file is logged and skipped, never fatal."""
-        runs = []
-        for path in self.runs_dir.glob("*.json") if self.runs_dir.is_dir() else ():
-            try:
-                runs.append(load_run(path))
-            except (EvalError, OSError, ValueError) as exc:
-                log.warning("skipping unreadable run file %s: %s", path, exc)
-        return sorted(runs, key=lambda r: r.run_id, reverse=True)
+    def summaries(self, limit: int = 100, offset: int = 0, set_name: str | None = None) -> list[RunSummary]:
+        """Runs newest first, without their cases."""
+        out = []
+        for row in self._writable().run_summaries(limit, offset, set_name):
+            obj = json.loads(row)
+            out.append(
+                RunSummary(
+                    obj["run_id"], obj["set"], obj["created_at"], obj["unit"], obj["cases"], obj["metrics"], obj["gate"]
+                )
+            )
+        return out
+
+    def latest(self) -> list[Run]:
+        """The newest run of each set."""
+        return [run_from_json(json.loads(r)) for r in self._writable().latest_run_records()]
 
     def promote(self, run_id: str, name: str, *, replace: bool = False) -> str | None:
         """Make a run the baseline `name`; the run id of the baseline it replaces, if any. An existing one
-        (stored, or packaged and so shadowed) is replaced only when asked, and a stored one is kept in
-        `<baselines dir>/history/<name>.<its run id>.json`."""
-        path = self.baselines_dir / f"{check_name(name, 'baseline')}.json"
+        (stored, or packaged and so shadowed) is replaced only when asked, and a stored one is kept in the
+        baselines' history."""
+        check_name(name, "baseline")
         run = self.get(run_id)
         try:
             old: Run | None = self.baseline(name)
@@ -128,17 +184,17 @@ class RunStore:
                 f"baseline {name!r} exists (run {old.run_id}); send replace: true to replace it "
                 "(the old one is kept in the baselines' history)"
             )
-        if old is not None and path.is_file():
-            write_atomic(self.baselines_dir / "history" / f"{name}.{old.run_id}.json", path.read_text("utf-8"))
-        write_atomic(path, dump_run(run))
+        self._writable().put_baseline(name, run.run_id, dump_run(run), replace=replace)
         return old.run_id if old is not None else None
 
     def baseline(self, name: str) -> Run:
-        """A baseline by name: the data dir's, then the packaged ones. Never a path (an API caller names it)."""
+        """A baseline by name: the stored one, then the packaged seeds. Never a path (an API caller names it)."""
         check_name(name, "baseline")
-        for folder in (self.baselines_dir, self.fallback_baselines):
-            if folder is not None and (folder / f"{name}.json").is_file():
-                return load_run(folder / f"{name}.json")
+        record = self.records.get_baseline(name) if self.records is not None else None
+        if record is not None:
+            return run_from_json(json.loads(record))
+        if self.seeds is not None and (self.seeds / f"{name}.json").is_file():
+            return load_run(self.seeds / f"{name}.json")
         raise UnknownName(f"no baseline named {name!r}")
 
 
@@ -152,6 +208,7 @@ def run_to_json(run: Run) -> dict[str, Any]:
         "k": list(run.ks),
         "params": dict(run.params),
         "gate": dict(run.gate) if run.gate is not None else None,
+        "regressed": list(run.regressed),
         "cases": [
             {
                 "id": c.case_id,
@@ -168,6 +225,7 @@ def run_to_json(run: Run) -> dict[str, Any]:
                         "doc_id": r.doc_id,
                         "score": r.score,
                         "text": r.text[:SNIPPET] if i < SNIPPETS else "",
+                        **({"stale": True} if r.stale else {}),
                     }
                     for i, r in enumerate(c.retrieved)
                 ],
@@ -188,6 +246,7 @@ def run_from_json(obj: dict[str, Any]) -> Run:
             ks=tuple(obj["k"]),
             params=obj.get("params", {}),
             gate=obj.get("gate"),
+            regressed=tuple(obj.get("regressed", ())),
             cases=tuple(
                 CaseResult(
                     case_id=c["id"],
@@ -223,8 +282,7 @@ def load_set(path_or_name: str, store: SetStore | None = None) -> tuple[str, Seq
     path = Path(path_or_name)
     if path.suffix == ".jsonl" and path.is_file():
         return path.stem, load_cases(path)
-    store = store or SetStore(PACKAGE_DIR / "sets", fallback=None)
-    return path_or_name, store.get(path_or_name)
+    return path_or_name, (store or SetStore(None)).get(path_or_name)
 
 
 def load_baseline(path_or_name: str, store: RunStore | None = None) -> Run:
@@ -234,6 +292,4 @@ def load_baseline(path_or_name: str, store: RunStore | None = None) -> Run:
         if not path.is_file():
             raise UnknownName(f"no baseline file {path}")
         return load_run(path)
-    return (store or RunStore(PACKAGE_DIR / "runs", PACKAGE_DIR / "baselines", fallback_baselines=None)).baseline(
-        path_or_name
-    )
+    return (store or RunStore(None)).baseline(path_or_name)

@@ -4,6 +4,7 @@
     plumbline ingest PATH [--url U | --data-dir D]
     plumbline eval run [--url U | --data-dir D] --set S [--k 1 5 10] [--unit doc|chunk] [--baseline B] [--json]
     plumbline doctor [--data-dir D] [--repair]
+    plumbline incidents post|list|review|export [--url U] ...   (see service.incidents_cli)
 
 `eval run` exits 0 when the gate passes (or no baseline was given), 1 on a regression, 2 on bad input,
 3 on an unexpected error: what a CI job needs. `doctor` exits 0 when the index is clean (or was repaired),
@@ -29,7 +30,7 @@ from eval.gate import GateConfig, GateResult, compare
 from eval.present import format_table, gate_json, report_json
 from eval.report import build_report
 from eval.runner import Retriever, Run, run_set
-from eval.storage import SetStore, dump_run, load_baseline, load_set, write_atomic
+from eval.storage import dump_run, load_baseline, load_set, write_atomic
 from service.errors import PlumblineError
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_ERROR = 0, 1, 2, 3
@@ -97,6 +98,10 @@ def _parser() -> argparse.ArgumentParser:
     _data_dir(doctor)
     doctor.add_argument("--repair", action="store_true", help="fix what can be fixed, and say what was done")
     doctor.set_defaults(func=_doctor)
+
+    from service import incidents_cli
+
+    incidents_cli.add_parser(sub)
     return p
 
 
@@ -257,10 +262,13 @@ def _eval_in_process(
     except ValidationError as exc:
         raise EvalError(f"--override: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
     runtime = Runtime(settings, preload=tuple(args.ingest))
-    set_name, cases = load_set(args.set, SetStore(settings.sets_dir))
-    baseline = load_baseline(args.baseline, runtime.evals.runs) if args.baseline else None
     runtime.warm_up()
     try:
+        if Path(args.set).suffix == ".jsonl":
+            set_name, cases = load_set(args.set)
+        else:
+            set_name, cases = args.set, runtime.evals.cases(args.set)
+        baseline = load_baseline(args.baseline, runtime.evals.runs) if args.baseline else None
         pipeline = runtime.pipeline
         base = to_params(options, settings, reranker_configured=pipeline.reranker is not None)
         ev = runtime.evals.evaluate_cases(

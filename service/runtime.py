@@ -1,9 +1,10 @@
 """Wiring: build the components from Settings, warm them up, and report readiness.
 
-`warm_up()` takes the data directory's lock, loads the models, opens the store, runs the integrity check
-(logging what it finds, repairing leftovers and statuses unless `repair_on_start` is off) and ingests any
-preload folders; until it has finished, `index` and `pipeline` raise `NotReady` and `/health/ready` answers
-503, as it does whenever the store refuses writes. Tests inject fakes through `Components` instead of patching.
+`warm_up()` takes the data directory's lock, opens the state store (migrating it), loads the models, opens the
+index, runs the integrity check (logging what it finds, repairing leftovers and statuses unless
+`repair_on_start` is off) and ingests any preload folders; until it has finished, `index` and `pipeline`
+raise `NotReady` and `/health/ready` answers 503, as it does whenever the store refuses writes. Tests inject
+fakes through `Components` instead of patching.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from service.datadir import DataDirLock
 from service.embedding import Embedder, SentenceTransformerEmbedder
 from service.errors import DataDirLocked, DataDirUnavailable, InsufficientStorage, NotReady, public
 from service.evaluation import EvalService
+from service.incidents import IncidentService
 from service.index import Index, IndexLimits
 from service.loaders import iter_documents
 from service.observability import ServiceMetrics
@@ -30,6 +32,7 @@ from service.pipeline import Limits, SearchPipeline
 from service.rerank import CrossEncoderReranker, Reranker
 from service.settings import Settings
 from service.sparse import Bm25Params
+from service.state import StateStore, open_state
 from service.stores.base import VectorStore
 from service.tokenizer import TokenizerConfig
 
@@ -95,14 +98,9 @@ class Runtime:
         self.preload = preload
         self.error: str | None = None
         self.lock = DataDirLock(settings.data_dir)
-        self.evals = EvalService(
-            SetStore(settings.sets_dir),
-            RunStore(settings.runs_dir, settings.baselines_dir),
-            parse_filters,
-            max_concurrent=settings.max_concurrent_evals,
-            timeout=settings.eval_timeout_seconds,
-            reserve_space=self.reserve_space,
-        )
+        self._state: StateStore | None = None
+        self._evals: EvalService | None = None
+        self._incidents: IncidentService | None = None
         self._index: Index | None = None
         self._pipeline: SearchPipeline | None = None
         self._ready = threading.Event()
@@ -141,6 +139,41 @@ class Runtime:
         if self._pipeline is None or not self.ready:
             raise NotReady(self.error or "the service is still loading models; retry shortly")
         return self._pipeline
+
+    @property
+    def evals(self) -> EvalService:
+        if self._evals is None or not self.ready:
+            raise NotReady(self.error or "the service is still starting; retry shortly")
+        return self._evals
+
+    @property
+    def incidents(self) -> IncidentService:
+        if self._incidents is None or not self.ready:
+            raise NotReady(self.error or "the service is still starting; retry shortly")
+        return self._incidents
+
+    @property
+    def state(self) -> StateStore | None:
+        """The state store once opened (for collectors that read it at scrape time), else None."""
+        return self._state
+
+    def _open_state(self) -> None:
+        """Open and migrate the state store (importing a file-layout data directory once) and build the services
+        that keep their records there."""
+        s = self.settings
+        self._state = open_state(s.state_store_url, s.legacy_eval_dir)
+        self._incidents = IncidentService(
+            self._state.incidents, parse_filters, default_set=s.incident_set, count_new=s.incidents_count_new
+        )
+        self._evals = EvalService(
+            SetStore(self._state),
+            RunStore(self._state),
+            parse_filters,
+            incidents=self._incidents,
+            max_concurrent=s.max_concurrent_evals,
+            timeout=s.eval_timeout_seconds,
+            reserve_space=self.reserve_space,
+        )
 
     def take_lock(self) -> bool:
         """Take the data directory's lock: `DataDirLocked` propagates (another process holds it); a directory
@@ -183,6 +216,8 @@ class Runtime:
         `plumbline doctor` runs its own), ingest the preload folders, then turn ready."""
         s = self.settings
         self.lock.acquire()
+        if self._state is None:
+            self._open_state()
         if s.torch_threads:
             import torch
 
@@ -239,5 +274,7 @@ class Runtime:
         try:
             if self._index is not None:
                 self._index.store.close()
+            if self._state is not None:
+                self._state.close()
         finally:
             self.lock.release()

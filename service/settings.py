@@ -88,8 +88,19 @@ class Settings(BaseSettings):
     eval_timeout_seconds: float = Field(600, gt=0, description="an eval run stops with 504 past this")
     search_timeout_seconds: float = Field(30, gt=0, description="a search answers 504 past this")
 
-    # evaluation
-    eval_sets_dir: Path | None = Field(None, description="writable labelled sets; default DATA_DIR/eval/sets")
+    # state store and incidents
+    state_url: str | None = Field(
+        None,
+        description="where incidents, writable sets, runs and baselines live: a SQLAlchemy URL such as "
+        "postgresql://user:pass@host/db (replicas share it); default SQLite at DATA_DIR/state.db",
+    )
+    incident_set: str = Field("incidents", description="the labelled set a report names no set joins")
+    incidents_count_new: bool = Field(
+        False, description="also evaluate incidents not yet reviewed (accepted ones always count, rejected never)"
+    )
+    fail_on_regressed_incidents: bool = Field(
+        True, description="a gated run fails when an accepted incident that passed before fails now"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
@@ -106,13 +117,10 @@ class Settings(BaseSettings):
         return self
 
     @property
-    def sets_dir(self) -> Path:
-        return self.eval_sets_dir or self.data_dir / "eval" / "sets"
+    def state_store_url(self) -> str:
+        return self.state_url or f"sqlite:///{self.data_dir / 'state.db'}"
 
     @property
-    def runs_dir(self) -> Path:
-        return self.data_dir / "eval" / "runs"
-
-    @property
-    def baselines_dir(self) -> Path:
-        return self.data_dir / "eval" / "baselines"
+    def legacy_eval_dir(self) -> Path:
+        """Where the file layout before the state store kept sets, runs and baselines (imported once)."""
+        return self.data_dir / "eval"

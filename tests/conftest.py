@@ -24,9 +24,17 @@ from service.settings import PACKAGED_MODEL
 from service.sparse import Bm25Params
 from service.stores.edge import EdgeStore
 from service.tokenizer import TokenizerConfig
+from tests.postgres import postgres_server
 
 ROOT = Path(__file__).resolve().parents[1]
 HANDBOOK = ROOT / "demo" / "handbook"
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """One real PostgreSQL server for the session (see tests/postgres.py); tests make their own databases."""
+    with postgres_server() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

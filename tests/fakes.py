@@ -97,3 +97,59 @@ class FlakyStore:
 
     def close(self) -> None:
         self.inner.close()
+
+
+class FakeRecords:
+    """`eval.storage.Records` in dicts: the eval library's stores without a database (the real one,
+    `service.state.StateStore`, runs the same contract in tests/service/state)."""
+
+    def __init__(self) -> None:
+        self.sets: dict[str, str] = {}
+        self.runs: dict[str, tuple[str, str, str, str]] = {}  # run id -> (set, created_at, summary, record)
+        self.baselines: dict[str, tuple[str, str]] = {}  # name -> (run id, record)
+        self.history: list[tuple[str, str, str]] = []  # (name, run id, record)
+
+    def get_set(self, name: str) -> str | None:
+        return self.sets.get(name)
+
+    def put_set(self, name: str, body: str) -> None:
+        self.sets[name] = body
+
+    def set_names(self) -> list[str]:
+        return sorted(self.sets)
+
+    def save_run(self, run_id: str, set_name: str, created_at: str, summary: str, record: str) -> None:
+        self.runs[run_id] = (set_name, created_at, summary, record)
+
+    def get_run(self, run_id: str) -> str | None:
+        return self.runs[run_id][3] if run_id in self.runs else None
+
+    def run_summaries(self, limit: int, offset: int, set_name: str | None) -> list[str]:
+        import json
+
+        ids = sorted((r for r, v in self.runs.items() if set_name in (None, v[0])), reverse=True)[offset:][:limit]
+        out = []
+        for r in ids:
+            set_of, created_at, summary, _ = self.runs[r]
+            out.append(json.dumps({"run_id": r, "set": set_of, "created_at": created_at, **json.loads(summary)}))
+        return out
+
+    def latest_run_records(self) -> list[str]:
+        newest: dict[str, str] = {}
+        for run_id in sorted(self.runs):
+            newest[self.runs[run_id][0]] = run_id
+        return [self.runs[r][3] for r in newest.values()]
+
+    def get_baseline(self, name: str) -> str | None:
+        return self.baselines[name][1] if name in self.baselines else None
+
+    def put_baseline(self, name: str, run_id: str, record: str, *, replace: bool) -> str | None:
+        old = self.baselines.get(name)
+        if old is not None:
+            if not replace:
+                from eval.errors import AlreadyExists
+
+                raise AlreadyExists(f"baseline {name!r} exists")
+            self.history.append((name, *old))
+        self.baselines[name] = (run_id, record)
+        return old[0] if old else None

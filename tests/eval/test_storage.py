@@ -1,4 +1,4 @@
-"""Files: labelled sets and run records, atomic writes, names, baselines."""
+"""Labelled sets and run records: formats, atomic file writes, names, and the stores over `Records`."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from eval.storage import (
     run_to_json,
     write_atomic,
 )
+from tests.fakes import FakeRecords
 
 from .helpers import case, doc_case, docs, res, run_with
 
@@ -77,54 +78,58 @@ def test_write_atomic_failure_keeps_the_old_file(tmp_path: Path) -> None:
 # -- SetStore ------------------------------------------------------------------------------------
 
 
-def test_set_put_then_get(tmp_path: Path) -> None:
-    store = SetStore(tmp_path, fallback=None)
+def test_set_put_then_get() -> None:
+    records = FakeRecords()
+    store = SetStore(records, seeds=None)
     cases = store.put("mine", SET_TEXT)
     assert [c.id for c in cases] == ["a", "b"]
     assert store.get("mine") == cases
-    assert store.path("mine") == tmp_path / "mine.jsonl"
-    assert (tmp_path / "mine.jsonl").read_text(encoding="utf-8") == dump_jsonl(cases)
+    assert store.text("mine") == records.sets["mine"] == dump_jsonl(cases)
     assert store.names() == ["mine"]
 
 
-def test_set_put_rejects_a_malformed_upload_and_keeps_the_old_file(tmp_path: Path) -> None:
-    store = SetStore(tmp_path, fallback=None)
-    original = SET_TEXT.replace("\n", "\r\n")  # formatted unlike dump_jsonl, so a rewrite would show
-    (tmp_path / "mine.jsonl").write_bytes(original.encode())
+def test_set_put_rejects_a_malformed_upload_and_keeps_the_old_one() -> None:
+    records = FakeRecords()
+    store = SetStore(records, seeds=None)
+    store.put("mine", SET_TEXT)
     bad = SET_TEXT + '{"id": "c", "question": "?", "relevant": [{"grade": 1}]}\nnot json\n'
     with pytest.raises(EvalError, match=r"2 bad line\(s\): mine:3: .*; mine:4: not valid JSON"):
         store.put("mine", bad)
-    assert (tmp_path / "mine.jsonl").read_bytes() == original.encode()
-    assert leftovers(tmp_path) == []
     assert [c.id for c in store.get("mine")] == ["a", "b"]
 
 
-def test_set_put_rejects_a_bad_name_before_writing(tmp_path: Path) -> None:
-    store = SetStore(tmp_path / "sets", fallback=None)
+def test_set_put_rejects_a_bad_name_before_writing() -> None:
+    records = FakeRecords()
     with pytest.raises(EvalError, match="name"):
-        store.put("../escape", SET_TEXT)
-    assert not (tmp_path / "escape.jsonl").exists()
-    assert not (tmp_path / "sets").exists()
+        SetStore(records, seeds=None).put("../escape", SET_TEXT)
+    assert records.sets == {}
 
 
-def test_set_store_falls_back_to_the_packaged_sets(tmp_path: Path) -> None:
-    store = SetStore(tmp_path)
+def test_set_store_falls_back_to_the_packaged_seeds() -> None:
+    store = SetStore(FakeRecords())
     assert "handbook" in store.names()
     assert len(store.get("handbook")) >= 60
-    # a set of the same name in the data directory wins
+    # a stored set of the same name wins
     store.put("handbook", SET_TEXT)
     assert [c.id for c in store.get("handbook")] == ["a", "b"]
     assert store.names().count("handbook") == 1
 
 
-def test_unknown_set(tmp_path: Path) -> None:
-    store = SetStore(tmp_path, fallback=None)
+def test_seeds_alone_are_read_only() -> None:
+    store = SetStore(None)
+    assert len(store.get("handbook")) >= 60
+    with pytest.raises(EvalError, match="read-only"):
+        store.put("handbook", SET_TEXT)
+
+
+def test_unknown_set() -> None:
+    store = SetStore(FakeRecords(), seeds=None)
     store.put("known", SET_TEXT)
     with pytest.raises(UnknownName, match="no labelled set named 'other'; known: known"):
         store.get("other")
     with pytest.raises(LookupError):
-        store.path("other")
-    assert SetStore(tmp_path / "missing", fallback=None).names() == []
+        store.text("other")
+    assert SetStore(FakeRecords(), seeds=None).names() == []
 
 
 def test_load_set_by_path_or_name(tmp_path: Path) -> None:
@@ -159,7 +164,9 @@ def test_run_json_round_trip() -> None:
 
 def test_run_json_format() -> None:
     obj = run_to_json(sample_run())
-    assert set(obj) == {"run_id", "set", "set_fingerprint", "created_at", "unit", "k", "params", "gate", "cases"}
+    assert set(obj) == {
+        "run_id", "set", "set_fingerprint", "created_at", "unit", "k", "params", "gate", "regressed", "cases",
+    }  # fmt: skip
     assert obj["gate"] is None  # an ungated run
     gated = dataclasses.replace(sample_run(), gate={"verdict": "fail", "reasons": ["x"]})
     assert run_from_json(run_to_json(gated)).gate == {"verdict": "fail", "reasons": ["x"]}
@@ -187,16 +194,20 @@ def test_run_records_keep_the_ranking_but_only_snippets_of_text() -> None:
     assert again != run
 
 
-def test_run_store_save_get_list(tmp_path: Path) -> None:
-    store = RunStore(tmp_path / "runs", tmp_path / "baselines", fallback_baselines=None)
-    assert store.list() == []
+def test_run_store_save_get_list() -> None:
+    store = RunStore(FakeRecords(), seeds=None)
+    assert store.summaries() == []
     older = dataclasses.replace(sample_run(), run_id="20261130T100000-aaaaaa")
-    newer = dataclasses.replace(sample_run(), run_id="20261130T110000-bbbbbb")
+    newer = dataclasses.replace(sample_run(), run_id="20261130T110000-bbbbbb", set_name="other")
     store.save(older)
     store.save(newer)
     assert store.get(older.run_id) == older
-    assert [r.run_id for r in store.list()] == [newer.run_id, older.run_id]
-    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [f"{older.run_id}.json", f"{newer.run_id}.json"]
+    listed = store.summaries()
+    assert [r.run_id for r in listed] == [newer.run_id, older.run_id]
+    assert (listed[1].set_name, listed[1].cases, listed[1].unit, listed[1].gate) == ("test", 2, "chunk", None)
+    assert listed[1].metrics["hit@1"] == 1.0
+    assert [r.run_id for r in store.summaries(set_name="test")] == [older.run_id]
+    assert sorted(r.run_id for r in store.latest()) == [older.run_id, newer.run_id]
     with pytest.raises(UnknownName, match="no run with id"):
         store.get("20990101T000000-ffffff")
     with pytest.raises(EvalError, match="run name"):
@@ -204,12 +215,13 @@ def test_run_store_save_get_list(tmp_path: Path) -> None:
 
 
 def test_promote_and_baseline_by_name_or_path(tmp_path: Path) -> None:
-    store = RunStore(tmp_path / "runs", tmp_path / "baselines", fallback_baselines=None)
+    store = RunStore(FakeRecords(), seeds=None)
     run = sample_run()
     store.save(run)
     assert store.promote(run.run_id, "main") is None
-    path = tmp_path / "baselines" / "main.json"
     assert store.baseline("main") == run
+    path = tmp_path / "main.json"
+    write_atomic(path, dump_run(run))
     with pytest.raises(EvalError, match="baseline name"):  # the API names baselines; only the CLI reads paths
         store.baseline(str(path))
     assert load_baseline(str(path)) == run
@@ -222,12 +234,10 @@ def test_promote_and_baseline_by_name_or_path(tmp_path: Path) -> None:
         store.promote(run.run_id, "../main")
 
 
-def test_baselines_fall_back_to_the_packaged_folder(tmp_path: Path) -> None:
-    packaged = tmp_path / "packaged"
-    packaged.mkdir()
+def test_baselines_fall_back_to_the_packaged_seeds(tmp_path: Path) -> None:
     shipped = dataclasses.replace(sample_run(), run_id="shipped")
-    (packaged / "main.json").write_text(dump_run(shipped), encoding="utf-8")
-    store = RunStore(tmp_path / "runs", tmp_path / "baselines", fallback_baselines=packaged)
+    (tmp_path / "main.json").write_text(dump_run(shipped), encoding="utf-8")
+    store = RunStore(FakeRecords(), seeds=tmp_path)
     assert store.baseline("main").run_id == "shipped"
     local = dataclasses.replace(sample_run(), run_id="local")
     store.save(local)
@@ -236,10 +246,12 @@ def test_baselines_fall_back_to_the_packaged_folder(tmp_path: Path) -> None:
     assert store.baseline("main").run_id == "shipped"
     assert store.promote("local", "main", replace=True) == "shipped"
     assert store.baseline("main").run_id == "local"
+    assert (tmp_path / "main.json").read_text(encoding="utf-8") == dump_run(shipped)  # the seed is untouched
 
 
-def test_replacing_a_baseline_needs_asking_and_keeps_the_old_one(tmp_path: Path) -> None:
-    store = RunStore(tmp_path / "runs", tmp_path / "baselines", fallback_baselines=None)
+def test_replacing_a_baseline_needs_asking_and_keeps_the_old_one() -> None:
+    records = FakeRecords()
+    store = RunStore(records, seeds=None)
     first, second = sample_run(), dataclasses.replace(sample_run(), run_id="second")
     store.save(first)
     store.save(second)
@@ -249,7 +261,7 @@ def test_replacing_a_baseline_needs_asking_and_keeps_the_old_one(tmp_path: Path)
     assert store.baseline("main") == first
     assert store.promote("second", "main", replace=True) == first.run_id
     assert store.baseline("main").run_id == "second"
-    assert load_baseline(str(tmp_path / "baselines" / "history" / f"main.{first.run_id}.json")) == first
+    assert [(name, run_id) for name, run_id, _ in records.history] == [("main", first.run_id)]
 
 
 def test_malformed_run_files(tmp_path: Path) -> None:

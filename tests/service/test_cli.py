@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from eval.storage import load_run
+from eval.storage import RunStore
 from service.api.app import create_app
 from service.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, main
 from service.runtime import Components
 from service.settings import Settings
+from service.state import open_state
 from tests.fakes import FakeEmbedder
 
 DOCS = {
@@ -76,8 +77,10 @@ def test_eval_exit_codes_in_process(
     assert main([*args, "--baseline", str(base), *degraded]) == EXIT_REGRESSION
     assert "gate: FAIL" in capsys.readouterr().out
     # the runs are stored with their verdicts (the CLI used to store a run before gating it)
-    stored = sorted((data_dir / "eval" / "runs").glob("*.json"))
-    assert [load_run(p).gate["verdict"] if load_run(p).gate else None for p in stored] == [None, "pass", "fail"]
+    state = open_state(f"sqlite:///{data_dir / 'state.db'}")
+    stored = RunStore(state).summaries()
+    state.close()
+    assert [r.gate for r in reversed(stored)] == [None, "pass", "fail"]
     assert main([*args, "--metrics", "ndcg@9"]) == EXIT_BAD_INPUT
     assert "unknown metric(s) ['ndcg@9']" in capsys.readouterr().err
 

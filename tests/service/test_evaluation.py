@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from eval.cases import Case, Label
 from eval.errors import EvalError
 from eval.gate import GateConfig, compare
-from eval.runner import Query, run_set
+from eval.runner import CaseResult, Query, run_set
 from eval.storage import RunStore, SetStore, load_baseline, load_set
 from service.api.convert import parse_filters, to_params
 from service.api.schemas import SearchOptions
@@ -19,6 +20,7 @@ from service.evaluation import EvalGaugeCollector, EvalService, PipelineRetrieve
 from service.index import Index
 from service.pipeline import SearchParams, SearchPipeline
 from service.settings import Settings
+from service.state import open_state
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +40,22 @@ def test_case_filters_and_doc_unit_reach_the_pipeline(pipeline: SearchPipeline) 
     assert len({r.doc_id for r in docs}) == len(docs) == 6
     with pytest.raises(InvalidRequest, match=r"filters .* are invalid: tenant"):
         retriever.retrieve([Query("x", 5, {"tenant": 3, "colour": "red"})])
+
+
+def test_a_superseded_document_retrieved_is_stale(pipeline: SearchPipeline) -> None:
+    """The freshness guard: with fresh_only false the 2024 policy comes back, and stale@k says so."""
+    old, new = "hr/remote-work-policy-2024", "hr/remote-work-policy"
+    case = Case("c", "remote work policy hybrid stipend", (Label(doc_id=new),), filters={"doc_ids": [old, new]})
+
+    def run(params: SearchParams) -> CaseResult:
+        return run_set([case], PipelineRetriever(pipeline, params, parse_filters), set_name="s", ks=(10,)).cases[0]
+
+    unfiltered = run(SearchParams(fresh_only=False))
+    assert {r.doc_id: r.stale for r in unfiltered.retrieved} == {old: True, new: False}
+    assert unfiltered.metrics["stale@10"] == 1.0
+    fresh = run(SearchParams())
+    assert {r.doc_id for r in fresh.retrieved} == {new}
+    assert fresh.metrics["stale@10"] == 0.0
 
 
 def test_the_committed_baseline_passes_against_a_fresh_run(pipeline: SearchPipeline) -> None:
@@ -63,10 +81,15 @@ def test_the_committed_baseline_passes_against_a_fresh_run(pipeline: SearchPipel
     assert not compare(degraded, baseline, GateConfig()).passed
 
 
+def eval_service(url: str) -> EvalService:
+    """An EvalService over a SQLite state store at `url` (a restart: a new one on the same file)."""
+    state = open_state(url)
+    return EvalService(SetStore(state), RunStore(state), parse_filters)
+
+
 def test_eval_service_stores_runs_and_exports_gauges(pipeline: SearchPipeline, tmp_path: Path) -> None:
-    service = EvalService(
-        SetStore(tmp_path / "sets"), RunStore(tmp_path / "runs", tmp_path / "baselines"), parse_filters
-    )
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    service = eval_service(url)
     ev = service.evaluate(
         pipeline,
         SearchParams(mode=Mode.KEYWORD),
@@ -79,21 +102,20 @@ def test_eval_service_stores_runs_and_exports_gauges(pipeline: SearchPipeline, t
     )
     assert service.runs.get(ev.run.run_id).run_id == ev.run.run_id
     registry = CollectorRegistry()
-    registry.register(EvalGaugeCollector(service))
+    registry.register(EvalGaugeCollector(lambda: service))
     text = generate_latest(registry).decode()
     recall = ev.report.overall.metrics["recall@10"]
     assert f'plumbline_eval_metric{{category="all",k="10",metric="recall",set="handbook"}} {recall}' in text
     assert 'plumbline_eval_cases{category="hr",set="handbook"}' in text
-    # a restarted service finds the latest run per set on disk
-    restarted = EvalService(
-        SetStore(tmp_path / "sets"), RunStore(tmp_path / "runs", tmp_path / "baselines"), parse_filters
-    )
+    # a restarted service finds the latest run per set in the state store
+    restarted = eval_service(url)
     assert restarted.latest()["handbook"].run.run_id == ev.run.run_id
 
 
-def test_gate_verdicts_survive_a_restart_and_bad_files_are_skipped(pipeline: SearchPipeline, tmp_path: Path) -> None:
-    runs = RunStore(tmp_path / "runs", tmp_path / "baselines")
-    service = EvalService(SetStore(tmp_path / "sets"), runs, parse_filters)
+def test_gate_verdicts_survive_a_restart(pipeline: SearchPipeline, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    service = eval_service(url)
+    runs = service.runs
     first = service.evaluate(
         pipeline,
         SearchParams(),
@@ -117,17 +139,14 @@ def test_gate_verdicts_survive_a_restart_and_bad_files_are_skipped(pipeline: Sea
     )
     assert worse.gate is not None
     assert not worse.gate.passed
-    (tmp_path / "runs" / "junk.json").write_text("{}")
-    restarted = EvalService(
-        SetStore(tmp_path / "sets"), RunStore(tmp_path / "runs", tmp_path / "baselines"), parse_filters
-    )
+    restarted = eval_service(url)
     registry = CollectorRegistry()
-    registry.register(EvalGaugeCollector(restarted))
+    registry.register(EvalGaugeCollector(lambda: restarted))
     assert 'plumbline_eval_gate_passed{set="handbook"} 0.0' in generate_latest(registry).decode()
 
 
 def test_set_uploads_are_checked_against_the_search_filters(tmp_path: Path) -> None:
-    service = EvalService(SetStore(tmp_path / "sets"), RunStore(tmp_path / "runs", tmp_path / "b"), parse_filters)
+    service = eval_service(f"sqlite:///{tmp_path / 'state.db'}")
     good = '{"id": "a", "question": "q", "relevant": [{"doc_id": "d"}], "filters": {"tenant": "acme"}}'
     bad = '{"id": "b", "question": "q", "relevant": [{"doc_id": "d"}], "filters": {"tennant": "acme"}}'
     assert len(service.put_set("s", good + "\n")) == 1

@@ -1,0 +1,111 @@
+"""The state store's tables (SQLAlchemy Core). Migrations in `migrations/versions` create them; this module is
+the one place queries take table and column names from. Times are ISO 8601 UTC strings with microseconds
+(`2026-12-01T10:00:00.000000Z`), which sort and compare as text on both SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import Column, ForeignKey, Index, Integer, MetaData, String, Table, Text, UniqueConstraint
+
+metadata = MetaData()
+
+meta = Table(
+    "plumbline_meta",
+    metadata,
+    Column("key", String(100), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+sets = Table(
+    "eval_sets",
+    metadata,
+    Column("name", String(100), primary_key=True),
+    Column("body", Text, nullable=False),  # JSON Lines, as validated
+    Column("updated_at", String(32), nullable=False),
+)
+
+runs = Table(
+    "eval_runs",
+    metadata,
+    Column("run_id", String(100), primary_key=True),
+    Column("set_name", String(100), nullable=False),
+    Column("created_at", String(32), nullable=False),
+    Column("summary", Text, nullable=False),  # JSON: unit, cases, mean metrics (listing without the record)
+    Column("record", Text, nullable=False),  # JSON: the whole run (eval.storage.run_to_json)
+    Index("ix_eval_runs_set_created", "set_name", "created_at"),
+)
+
+baselines = Table(
+    "eval_baselines",
+    metadata,
+    Column("name", String(100), primary_key=True),
+    Column("run_id", String(100), nullable=False),
+    Column("record", Text, nullable=False),
+    Column("promoted_at", String(32), nullable=False),
+)
+
+baseline_history = Table(
+    "eval_baseline_history",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(100), nullable=False, index=True),
+    Column("run_id", String(100), nullable=False),
+    Column("record", Text, nullable=False),
+    Column("replaced_at", String(32), nullable=False),
+)
+
+incidents = Table(
+    "incidents",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("set_name", String(100), nullable=False),
+    Column("tenant", String(200), nullable=False),  # "" for none: NULLs would not collide in the unique key
+    Column("question_key", Text, nullable=False),
+    Column("question", Text, nullable=False),
+    Column("category", String(200), nullable=False),
+    Column("status", String(20), nullable=False),  # new, accepted, rejected
+    Column("labels", Text, nullable=False),  # JSON list of eval.cases.Label.to_json()
+    Column("filters", Text, nullable=False),  # JSON: the /search filters the user had
+    Column("fresh_only", Integer, nullable=False),
+    Column("reports", Integer, nullable=False),
+    Column("created_at", String(32), nullable=False),
+    Column("updated_at", String(32), nullable=False),
+    Column("reviewer", String(200)),
+    Column("reason", Text),
+    Column("reviewed_at", String(32)),
+    Column("triage", Text),  # JSON: the latest triage
+    Column("first_passed_run", String(100)),  # the first eval run in which its case passed
+    Column("last_run", String(100)),
+    Column("last_outcome", String(20)),  # passed, failed, regressed
+    UniqueConstraint("set_name", "tenant", "question_key", name="uq_incident_question"),
+    Index("ix_incidents_status_created", "status", "created_at"),
+)
+
+incident_reports = Table(
+    "incident_reports",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("incident_id", Integer, ForeignKey("incidents.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("reporter", String(200), nullable=False),
+    Column("question", Text, nullable=False),  # as this reporter wrote it
+    Column("label", Text, nullable=False),  # JSON: the source this reporter named
+    Column("answer", Text),
+    Column("note", Text),
+    Column("reported_at", String(32), nullable=False),
+)
+
+incident_events = Table(
+    "incident_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("incident_id", Integer, ForeignKey("incidents.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("at", String(32), nullable=False),
+    Column("actor", String(200), nullable=False),
+    Column("action", String(40), nullable=False),  # reported, merged, edited, accepted, rejected, reopened
+    Column("detail", Text, nullable=False),  # JSON
+)
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

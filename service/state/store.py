@@ -1,0 +1,211 @@
+"""The state store: everything the service writes besides the index, behind one small interface.
+
+SQLite in the data directory by default (WAL journal, `synchronous=FULL`: a commit is on disk before the call
+returns), PostgreSQL by URL (`PLUMBLINE_STATE_URL`) when replicas share it. The schema is versioned with
+Alembic (`migrations/versions`); `open_state` upgrades it to the newest version on start, one process at a time
+(an advisory lock on PostgreSQL; SQLite's write lock), then imports a data directory written by the old file
+layout once (see `service.state.legacy`).
+
+Example:
+    >>> state = open_state("sqlite:///:memory:")
+    >>> state.put_set("handbook", '{"id": "a", "question": "q", "relevant": [{"doc_id": "d"}]}\\n')
+    >>> state.set_names()
+    ['handbook']
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, delete, event, func, insert, select, text, update
+from sqlalchemy.pool import StaticPool
+
+from eval.errors import AlreadyExists
+from service.state import schema as t
+from service.state.incidents import IncidentRecords
+from service.state.schema import now_iso
+from service.state.tx import writing
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+MIGRATION_LOCK = 7_263_001  # the PostgreSQL advisory lock id held while migrating
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+def _engine(url: str) -> Engine:
+    if url.startswith(("postgres://", "postgresql://")):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    if not url.startswith("sqlite"):
+        return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    memory = url in ("sqlite://", "sqlite:///:memory:")
+    engine = create_engine(
+        url,
+        connect_args={"timeout": 30, "check_same_thread": False},
+        **({"poolclass": StaticPool} if memory else {}),
+    )
+
+    @event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: Any, _: Any) -> None:
+        # The driver's own transaction handling is off; `begin` below opens each transaction itself.
+        dbapi_connection.isolation_level = None
+        for pragma in ("journal_mode=WAL", "synchronous=FULL", "foreign_keys=ON", "busy_timeout=30000"):
+            dbapi_connection.execute(f"PRAGMA {pragma}")
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Any) -> None:
+        # IMMEDIATE takes the write lock at the start: two writers never both read, then deadlock on upgrading.
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+class StateStore:
+    """Sets, runs, baselines (with history), incidents and meta values, on one SQLAlchemy engine.
+
+    Methods take and return text and plain values; `eval.storage` and `service.incidents` own the formats.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = _engine(url)
+        self.incidents = IncidentRecords(self.engine)
+
+    @property
+    def backend(self) -> str:
+        return self.engine.dialect.name  # "sqlite" or "postgresql"
+
+    def migrate(self, revision: str = "head") -> None:
+        """Upgrade the schema to `revision`; safe when several replicas start at once."""
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        with self.engine.begin() as conn:
+            if self.backend == "postgresql":
+                conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": MIGRATION_LOCK})
+            config.attributes["connection"] = conn
+            command.upgrade(config, revision)
+
+    def revision(self) -> str | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(text("SELECT version_num FROM alembic_version")).first()
+        return str(row[0]) if row else None
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- meta ------------------------------------------------------------------------------------------
+
+    def get_meta(self, key: str) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.scalar(select(t.meta.c.value).where(t.meta.c.key == key))
+
+    # -- labelled sets ---------------------------------------------------------------------------------
+
+    def get_set(self, name: str) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.scalar(select(t.sets.c.body).where(t.sets.c.name == name))
+
+    def put_set(self, name: str, body: str) -> None:
+        with writing(self.engine) as conn:
+            conn.execute(delete(t.sets).where(t.sets.c.name == name))
+            conn.execute(insert(t.sets).values(name=name, body=body, updated_at=now_iso()))
+
+    def set_names(self) -> list[str]:
+        with self.engine.connect() as conn:
+            return list(conn.scalars(select(t.sets.c.name).order_by(t.sets.c.name)))
+
+    # -- runs ------------------------------------------------------------------------------------------
+
+    def save_run(self, run_id: str, set_name: str, created_at: str, summary: str, record: str) -> None:
+        with writing(self.engine) as conn:
+            conn.execute(
+                insert(t.runs).values(
+                    run_id=run_id, set_name=set_name, created_at=created_at, summary=summary, record=record
+                )
+            )
+
+    def get_run(self, run_id: str) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.scalar(select(t.runs.c.record).where(t.runs.c.run_id == run_id))
+
+    def run_summaries(self, limit: int, offset: int, set_name: str | None) -> list[str]:
+        """JSON objects {run_id, set, created_at, **summary}, newest first."""
+        query = select(t.runs.c.run_id, t.runs.c.set_name, t.runs.c.created_at, t.runs.c.summary)
+        if set_name is not None:
+            query = query.where(t.runs.c.set_name == set_name)
+        query = query.order_by(t.runs.c.run_id.desc()).limit(limit).offset(offset)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return [
+            json.dumps({"run_id": r.run_id, "set": r.set_name, "created_at": r.created_at, **json.loads(r.summary)})
+            for r in rows
+        ]
+
+    def latest_run_records(self) -> list[str]:
+        """The newest run record of each set (run ids sort by time)."""
+        newest = select(t.runs.c.set_name, func.max(t.runs.c.run_id).label("run_id")).group_by(t.runs.c.set_name)
+        sub = newest.subquery()
+        query = select(t.runs.c.record).join(sub, t.runs.c.run_id == sub.c.run_id).order_by(t.runs.c.set_name)
+        with self.engine.connect() as conn:
+            return list(conn.scalars(query))
+
+    # -- baselines -------------------------------------------------------------------------------------
+
+    def get_baseline(self, name: str) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.scalar(select(t.baselines.c.record).where(t.baselines.c.name == name))
+
+    def put_baseline(self, name: str, run_id: str, record: str, *, replace: bool) -> str | None:
+        """Store a baseline; an existing one is moved to the history (only when `replace`, else `AlreadyExists`).
+        Returns the replaced baseline's run id."""
+        with writing(self.engine) as conn:
+            old = conn.execute(
+                select(t.baselines.c.run_id, t.baselines.c.record).where(t.baselines.c.name == name).with_for_update()
+            ).first()
+            if old is not None:
+                if not replace:
+                    raise AlreadyExists(f"baseline {name!r} exists (run {old.run_id}); send replace: true")
+                conn.execute(
+                    insert(t.baseline_history).values(
+                        name=name, run_id=old.run_id, record=old.record, replaced_at=now_iso()
+                    )
+                )
+                conn.execute(
+                    update(t.baselines)
+                    .where(t.baselines.c.name == name)
+                    .values(run_id=run_id, record=record, promoted_at=now_iso())
+                )
+            else:
+                conn.execute(insert(t.baselines).values(name=name, run_id=run_id, record=record, promoted_at=now_iso()))
+        return old.run_id if old is not None else None
+
+    def baseline_history(self, name: str) -> list[tuple[str, str]]:
+        """(run id, replaced at) of each replaced baseline `name`, oldest first."""
+        query = (
+            select(t.baseline_history.c.run_id, t.baseline_history.c.replaced_at)
+            .where(t.baseline_history.c.name == name)
+            .order_by(t.baseline_history.c.id)
+        )
+        with self.engine.connect() as conn:
+            return [(r.run_id, r.replaced_at) for r in conn.execute(query)]
+
+
+def open_state(url: str, legacy_dir: Path | None = None) -> StateStore:
+    """Open the store at `url`, migrate it to the newest schema, and import `legacy_dir` (a data directory's
+    `eval/` folder of the file layout) if it has not been imported yet."""
+    state = StateStore(url)
+    try:
+        state.migrate()
+        if legacy_dir is not None:
+            from service.state.legacy import import_file_layout
+
+            import_file_layout(state, legacy_dir)
+    except BaseException:
+        state.close()
+        raise
+    return state

@@ -1,0 +1,22 @@
+"""Write transactions of the state store, with the crash point the kill-point tests use.
+
+`state:before-commit` fires after a transaction's statements and before its commit: a process killed there
+must leave the store as it was before the write (SQLite rolls the journal back on the next open; PostgreSQL
+aborts the transaction when the connection drops).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Connection, Engine
+
+from eval.faults import crash_point
+
+
+@contextmanager
+def writing(engine: Engine) -> Iterator[Connection]:
+    with engine.begin() as conn:
+        yield conn
+        crash_point("state:before-commit")

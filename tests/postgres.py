@@ -1,0 +1,69 @@
+"""A real PostgreSQL server for tests, from Debian's `postgresql` package, in a temp dir on a free port.
+
+PostgreSQL refuses to run as root: as root, the server runs as the `postgres` user (`runuser`). Where the
+binaries are missing the tests that need it skip, saying why, except when PLUMBLINE_REQUIRE_POSTGRES=1
+(`.ci/run` sets it): then a missing server is a failure, so CI can never skip them silently.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+
+def binaries() -> Path | None:
+    """The folder holding initdb and pg_ctl: on PATH, else Debian's /usr/lib/postgresql/<version>/bin."""
+    found = shutil.which("pg_ctl")
+    if found and shutil.which("initdb"):
+        return Path(found).parent
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), reverse=True)
+    return Path(candidates[0]).parent if candidates else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def postgres_server() -> Iterator[str]:
+    """Start a throwaway server; yield its SQLAlchemy URL; stop it and remove its files."""
+    bin_dir = binaries()
+    if bin_dir is None:
+        reason = "PostgreSQL is not installed (apt-get install postgresql): the PostgreSQL contract tests need it"
+        if os.environ.get("PLUMBLINE_REQUIRE_POSTGRES") == "1":
+            pytest.fail(reason + " and PLUMBLINE_REQUIRE_POSTGRES=1")
+        pytest.skip(reason)
+    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    root = Path(tempfile.mkdtemp(prefix="plumbline-pg-"))
+    data = root / "data"
+    if as_user:
+        shutil.chown(root, "postgres")
+    port = _free_port()
+    run = [*as_user]
+    subprocess.run(
+        [*run, str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"],
+        check=True,
+        capture_output=True,
+    )
+    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
+    subprocess.run(
+        [*run, str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "start"],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*run, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)

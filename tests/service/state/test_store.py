@@ -1,0 +1,235 @@
+"""The state store's contract, run on SQLite and on a real PostgreSQL server (see conftest.state_url)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import text
+
+from eval.cases import Label
+from eval.errors import AlreadyExists, UnknownName
+from service.state import StateStore, open_state
+from service.state.incidents import NewReport
+from service.state.schema import metadata
+
+
+@pytest.fixture
+def state(state_url: str) -> Iterator[StateStore]:
+    store = open_state(state_url)
+    yield store
+    store.close()
+
+
+def report(question: str = "What is the refund window?", *, reporter: str = "ann", **kw: object) -> NewReport:
+    from eval.incidents import question_key
+
+    fields: dict[str, object] = {
+        "set_name": "handbook",
+        "tenant": None,
+        "question": question,
+        "question_key": question_key(question),
+        "category": "billing",
+        "label": Label(doc_id="billing/refunds", evidence="30 days"),
+        "filters": {},
+        "fresh_only": True,
+        "reporter": reporter,
+    }
+    fields.update(kw)
+    return NewReport(**fields)  # type: ignore[arg-type]
+
+
+# -- schema and migrations -------------------------------------------------------------------------
+
+
+def test_migrations_build_exactly_the_declared_schema(state: StateStore) -> None:
+    assert state.revision() == "0002"
+    with state.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), metadata)
+    assert diff == []
+
+
+def test_upgrading_an_older_schema_keeps_its_rows(state_url: str) -> None:
+    old = StateStore(state_url)
+    old.migrate("0001")
+    old.put_set("handbook", "line\n")
+    with pytest.raises(Exception, match="incidents"):
+        old.incidents.search()  # the incidents tables do not exist at 0001
+    old.close()
+    new = open_state(state_url)
+    assert new.revision() == "0002"
+    assert new.get_set("handbook") == "line\n"
+    assert new.incidents.search() == []
+    new.close()
+
+
+def test_replicas_starting_together_migrate_once(state_url: str) -> None:
+    with ThreadPoolExecutor(4) as pool:
+        stores = list(pool.map(lambda _: open_state(state_url), range(4)))
+    assert {s.revision() for s in stores} == {"0002"}
+    for s in stores:
+        s.close()
+
+
+def test_sqlite_commits_durably(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    store = open_state(f"sqlite:///{tmp_path / 's.db'}")
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL
+    store.close()
+
+
+# -- sets, runs, baselines -------------------------------------------------------------------------
+
+
+def test_sets_put_replace_and_list(state: StateStore) -> None:
+    assert state.get_set("a") is None
+    state.put_set("b", "one\n")
+    state.put_set("a", "two\n")
+    state.put_set("b", "three\n")
+    assert state.get_set("b") == "three\n"
+    assert state.set_names() == ["a", "b"]
+
+
+def test_runs_are_listed_newest_first_and_the_latest_per_set(state: StateStore) -> None:
+    for run_id, set_name in (("20260101-a", "s1"), ("20260102-b", "s2"), ("20260103-c", "s1")):
+        summary = json.dumps({"unit": "chunk", "cases": 1, "metrics": {}, "gate": None})
+        state.save_run(run_id, set_name, run_id, summary, json.dumps({"run_id": run_id}))
+    assert [json.loads(r)["run_id"] for r in state.run_summaries(10, 0, None)] == [
+        "20260103-c",
+        "20260102-b",
+        "20260101-a",
+    ]
+    assert [json.loads(r)["run_id"] for r in state.run_summaries(1, 1, None)] == ["20260102-b"]
+    assert [json.loads(r)["run_id"] for r in state.run_summaries(10, 0, "s1")] == ["20260103-c", "20260101-a"]
+    assert sorted(json.loads(r)["run_id"] for r in state.latest_run_records()) == ["20260102-b", "20260103-c"]
+    assert json.loads(state.get_run("20260102-b") or "{}") == {"run_id": "20260102-b"}
+    assert state.get_run("nope") is None
+
+
+def test_a_baseline_is_replaced_only_when_asked_and_kept_in_history(state: StateStore) -> None:
+    assert state.put_baseline("main", "r1", "one", replace=False) is None
+    with pytest.raises(AlreadyExists, match="replace"):
+        state.put_baseline("main", "r2", "two", replace=False)
+    assert state.get_baseline("main") == "one"
+    assert state.put_baseline("main", "r2", "two", replace=True) == "r1"
+    assert state.get_baseline("main") == "two"
+    assert [run_id for run_id, _ in state.baseline_history("main")] == ["r1"]
+
+
+# -- incidents -------------------------------------------------------------------------------------
+
+
+def test_a_second_report_of_the_same_question_merges(state: StateStore) -> None:
+    first, merged = state.incidents.report(report())
+    assert not merged
+    assert first.reports == 1
+    again, merged = state.incidents.report(
+        report("what is the REFUND window", reporter="bo", label=Label(doc_id="billing/refunds", evidence="annual"))
+    )
+    assert merged
+    assert (again.id, again.reports, again.reporters) == (first.id, 2, ("ann", "bo"))
+    assert [label.evidence for label in again.labels] == ["30 days", "annual"]
+    assert [e.action for e in again.events] == ["reported", "merged"]
+    assert [r.question for r in again.reports_detail] == ["What is the refund window?", "what is the REFUND window"]
+
+
+def test_the_same_question_in_another_set_or_tenant_is_another_incident(state: StateStore) -> None:
+    a, _ = state.incidents.report(report())
+    b, _ = state.incidents.report(report(set_name="other"))
+    c, _ = state.incidents.report(report(tenant="acme"))
+    assert len({a.id, b.id, c.id}) == 3
+
+
+def test_concurrent_reports_of_distinct_questions_leave_one_incident_each(state: StateStore) -> None:
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda n: state.incidents.report(report(f"question number {n}")), range(50)))
+    found = state.incidents.search(limit=500)
+    assert len(found) == 50
+    assert {i.reports for i in found} == {1}
+
+
+def test_concurrent_reports_of_one_question_leave_one_incident_with_every_report(state: StateStore) -> None:
+    barrier = threading.Barrier(16)
+
+    def post(n: int) -> bool:
+        if n < 16:
+            barrier.wait()
+        return state.incidents.report(report(reporter=f"r{n}"))[1]
+
+    with ThreadPoolExecutor(16) as pool:
+        merged = list(pool.map(post, range(50)))
+    (only,) = state.incidents.search(limit=500)
+    assert merged.count(False) == 1
+    detail = state.incidents.get(only.id)
+    assert (detail.reports, len(detail.reports_detail), len(detail.reporters)) == (50, 50, 50)
+
+
+def test_search_filters_and_pages(state: StateStore) -> None:
+    ids = [state.incidents.report(report(f"q {n}", category="it" if n % 2 else "hr"))[0].id for n in range(5)]
+    state.incidents.report(report("q 1", reporter="zed", category="it"))
+    state.incidents.update(ids[0], "rev", "accepted", {"status": "accepted", "reason": "ok"})
+    assert [i.id for i in state.incidents.search(status="accepted")] == [ids[0]]
+    assert [i.id for i in state.incidents.search(category="it")] == [ids[3], ids[1]]
+    assert [i.id for i in state.incidents.search(reporter="zed")] == [ids[1]]
+    first = state.incidents.search(limit=2)
+    rest = state.incidents.search(limit=10, before=first[-1].id)
+    assert [i.id for i in first + rest] == sorted(ids, reverse=True)
+    later = state.incidents.get(ids[1]).updated_at
+    assert {i.id for i in state.incidents.search(since=later)} >= {ids[1]}
+    assert ids[2] not in {i.id for i in state.incidents.search(since=later)}
+
+
+def test_review_keeps_history_and_refuses_a_question_another_incident_has(state: StateStore) -> None:
+    from eval.incidents import question_key
+
+    a, _ = state.incidents.report(report("first question"))
+    b, _ = state.incidents.report(report("second question"))
+    rejected = state.incidents.update(a.id, "rev", "rejected", {"status": "rejected", "reason": "not ours"})
+    assert (rejected.status, rejected.reason) == ("rejected", "not ours")
+    assert [e.action for e in rejected.events] == ["reported", "rejected"]
+    with pytest.raises(AlreadyExists):
+        state.incidents.update(
+            b.id, "rev", "edited", {"question": "First question!", "question_key": question_key("First question!")}
+        )
+    with pytest.raises(UnknownName):
+        state.incidents.update(999, "rev", "edited", {"category": "x"})
+    assert state.incidents.get(b.id).question == "second question"
+
+
+def test_outcomes_remember_the_first_passing_run(state: StateStore) -> None:
+    a, _ = state.incidents.report(report("a"))
+    b, _ = state.incidents.report(report("b"))
+    state.incidents.record_outcomes("run1", {a.id: "passed", b.id: "failed"})
+    state.incidents.record_outcomes("run2", {a.id: "passed", b.id: "passed"})
+    assert state.incidents.passed_before([a.id, b.id]) == {a.id, b.id}
+    assert state.incidents.get(a.id).first_passed_run == "run1"
+    assert state.incidents.get(b.id).first_passed_run == "run2"
+    state.incidents.record_outcomes("run3", {a.id: "regressed"})
+    got = state.incidents.get(a.id)
+    assert (got.first_passed_run, got.last_run, got.last_outcome) == ("run1", "run3", "regressed")
+
+
+def test_counts_and_sets_by_status(state: StateStore) -> None:
+    a, _ = state.incidents.report(report("a", category="hr"))
+    state.incidents.report(report("b", category="hr"))
+    state.incidents.report(report("c", category="it", set_name="other"))
+    state.incidents.update(a.id, "rev", "accepted", {"status": "accepted"})
+    assert sorted(state.incidents.counts()) == [("accepted", "hr", 1), ("new", "hr", 1), ("new", "it", 1)]
+    assert state.incidents.set_names(["accepted"]) == ["handbook"]
+    assert [i.question for i in state.incidents.for_set("handbook", ["accepted", "new"])] == ["a", "b"]
+
+
+def test_rows_survive_a_new_engine(state: StateStore) -> None:
+    a, _ = state.incidents.report(report())
+    state.close()
+    fresh = StateStore(state.url)
+    with fresh.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM incidents")).scalar() == 1
+    assert fresh.incidents.get(a.id).question == "What is the refund window?"
+    fresh.close()
