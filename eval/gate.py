@@ -5,7 +5,11 @@ with enough cases drops by more than the (wider) category tolerance, since a col
 hides easily in the mean. Case by case: list the cases that got worse (paired on case id). A paired
 randomisation test (sign flips of the per-case differences) gives, for each metric, the one-sided
 p-value of a drop at least this large arising from the eval set's noise alone; with
-`require_significance` a drop must also be significant to fail.
+`require_significance` a drop must also be significant to fail. An accepted incident's case that passed in
+an earlier run and fails in this one (`Run.regressed`) fails the gate too, unless `fail_on_regressed` is off.
+
+For a lower-is-better metric (`stale@k`, see `eval.metrics.lower_is_better`) every direction is
+reversed: a rise is the regression, and the cases whose value rose are the ones that got worse.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eval.errors import EvalError
-from eval.metrics import metric_names
+from eval.metrics import lower_is_better, metric_names
 from eval.report import mean_metrics
 from eval.runner import CaseResult, Run
 
@@ -30,7 +34,7 @@ class GateConfig:
         0.05
     """
 
-    metrics: tuple[str, ...] = ()  # empty: hit, recall, mrr and ndcg at the largest k
+    metrics: tuple[str, ...] = ()  # empty: hit, recall, mrr, ndcg and stale at the largest k
     tolerance: float = 0.02
     per_metric: Mapping[str, float] = field(default_factory=dict)
     category_tolerance: float | None = 0.10
@@ -39,6 +43,7 @@ class GateConfig:
     require_significance: bool = False
     permutations: int = 10_000
     seed: int = 0
+    fail_on_regressed: bool = True  # an incident case that passed in an earlier run and fails now fails the gate
 
     def tolerance_for(self, metric: str) -> float:
         return self.per_metric.get(metric, self.tolerance)
@@ -64,6 +69,11 @@ class MetricCheck:
     @property
     def delta(self) -> float:
         return self.current - self.baseline
+
+    @property
+    def worsening(self) -> float:
+        """How much worse the current value is (positive: worse), whichever way the metric points."""
+        return _worsening(self.metric, self.baseline, self.current)
 
 
 @dataclass(frozen=True)
@@ -97,19 +107,30 @@ class GateResult:
 
 def default_metrics(run: Run) -> tuple[str, ...]:
     k = max(run.ks)
-    return (f"hit@{k}", f"recall@{k}", f"mrr@{k}", f"ndcg@{k}")
+    return (f"hit@{k}", f"recall@{k}", f"mrr@{k}", f"ndcg@{k}", f"stale@{k}")
 
 
 def compare(run: Run, baseline: Run, config: GateConfig | None = None) -> GateResult:
-    """Gate `run` against `baseline`; the verdict and every reason behind it."""
+    """Gate `run` against `baseline`; the verdict and every reason behind it.
+
+    A metric asked for in `config.metrics` must be in both runs. Of the default metrics, `stale@k` is
+    skipped with a warning when a run stored before it existed lacks it (an older baseline still gates).
+    """
     cfg = config or GateConfig()
-    metrics = cfg.metrics or default_metrics(run)
+    warnings = []
+    metrics = cfg.metrics
+    if not metrics:
+        metrics = default_metrics(run)
+        for who, other in (("baseline", baseline), ("run", run)):
+            dropped = [m for m in metrics if m.startswith("stale@") and m not in _names(other)]
+            if dropped and other.cases:
+                metrics = tuple(m for m in metrics if m not in dropped)
+                warnings.append(f"the {who} predates {', '.join(dropped)}; it is not gated")
     missing = [m for m in metrics if m not in _names(run) or m not in _names(baseline)]
     if missing:
         raise EvalError(
             f"metric(s) {missing} are not in both runs (run has k={list(run.ks)}, baseline k={list(baseline.ks)})"
         )
-    warnings = []
     if run.unit != baseline.unit:
         raise EvalError(f"the run is unit={run.unit!r} but the baseline is unit={baseline.unit!r}: not comparable")
     if run.set_fingerprint != baseline.set_fingerprint:
@@ -129,23 +150,32 @@ def compare(run: Run, baseline: Run, config: GateConfig | None = None) -> GateRe
             if len(members) >= cfg.min_category_cases:
                 checks.extend(_check(m, f"category:{category}", members, cfg.category_tolerance, cfg) for m in metrics)
     reasons = [
-        f"{c.metric} ({c.scope}) fell {-c.delta:.3f} from {c.baseline:.3f} to {c.current:.3f}, "
-        f"beyond the tolerance {c.tolerance:.3f}" + (f" (p = {c.p_value:.4f})" if c.p_value is not None else "")
+        f"{c.metric} ({c.scope}) {'rose' if lower_is_better(c.metric) else 'fell'} {c.worsening:.3f} "
+        f"from {c.baseline:.3f} to {c.current:.3f}, beyond the tolerance {c.tolerance:.3f}"
+        + (f" (p = {c.p_value:.4f})" if c.p_value is not None else "")
         for c in checks
         if c.failed
     ]
+    if run.regressed:
+        regressed = f"incident case(s) {', '.join(run.regressed)} passed in an earlier run and fail now (regressed)"
+        if cfg.fail_on_regressed:
+            reasons.append(regressed)
+        else:
+            warnings.append(regressed + "; not failing the gate (fail_on_regressed is off)")
     worse = [
         CaseChange(c.case_id, m, b.metrics[m], c.metrics[m])
         for c, b in pairs
         for m in metrics
-        if c.metrics[m] < b.metrics[m]
+        if _worsening(m, b.metrics[m], c.metrics[m]) > 0
     ]
-    better = len({c.case_id for c, b in pairs for m in metrics if c.metrics[m] > b.metrics[m]})
+    better = len({c.case_id for c, b in pairs for m in metrics if _worsening(m, b.metrics[m], c.metrics[m]) < 0})
     return GateResult(
         passed=not reasons,
         reasons=tuple(reasons) or ("no gated metric fell beyond its tolerance",),
         checks=tuple(checks),
-        worse_cases=tuple(sorted(worse, key=lambda w: (w.current - w.baseline, w.case_id, w.metric))),
+        worse_cases=tuple(
+            sorted(worse, key=lambda w: (-_worsening(w.metric, w.baseline, w.current), w.case_id, w.metric))
+        ),
         better_cases=better,
         warnings=tuple(warnings),
     )
@@ -155,16 +185,22 @@ def _names(run: Run) -> set[str]:
     return set(run.cases[0].metrics) if run.cases else set()
 
 
+def _worsening(metric: str, baseline: float, current: float) -> float:
+    """current - baseline for a lower-is-better metric, baseline - current otherwise: positive is worse."""
+    return current - baseline if lower_is_better(metric) else baseline - current
+
+
 def _check(
     metric: str, scope: str, pairs: Sequence[tuple[CaseResult, CaseResult]], tolerance: float, cfg: GateConfig
 ) -> MetricCheck:
     current = mean_metrics([c for c, _ in pairs])[metric]
     baseline = mean_metrics([b for _, b in pairs])[metric]
-    diffs = np.array([c.metrics[metric] - b.metrics[metric] for c, b in pairs])
+    # per-case improvements (positive: better), so that the one-sided test always asks "is it this much worse?"
+    diffs = np.array([-_worsening(metric, b.metrics[metric], c.metrics[metric]) for c, b in pairs])
     p_value = paired_randomization_p(diffs, cfg.permutations, cfg.seed)
-    dropped = baseline - current > tolerance + 1e-12
+    regressed = _worsening(metric, baseline, current) > tolerance + 1e-12
     significant = p_value is not None and p_value < cfg.alpha
-    failed = dropped and (significant or not cfg.require_significance)
+    failed = regressed and (significant or not cfg.require_significance)
     return MetricCheck(metric, scope, baseline, current, tolerance, p_value, failed)
 
 

@@ -6,6 +6,7 @@ from dataclasses import asdict
 from typing import Any
 
 from eval.gate import GateResult
+from eval.incidents import SOURCE
 from eval.report import Group, Report
 from eval.runner import Run
 
@@ -29,6 +30,7 @@ def report_json(run: Run, report: Report, gate: GateResult | None, *, cases: boo
         "by_source": [_group(g) for g in report.by_source],
         "diagnosis": [asdict(f) for f in report.diagnosis],
         "gate": gate_json(gate) if gate else (dict(run.gate) if run.gate is not None else None),
+        "incidents": incident_bucket(run),
     }
     if cases:
         out["cases"] = [
@@ -47,6 +49,17 @@ def report_json(run: Run, report: Report, gate: GateResult | None, *, cases: boo
     return out
 
 
+def incident_bucket(run: Run) -> dict[str, Any] | None:
+    """The run's incident cases (`eval.incidents`): how many, how many passed (a hit at the largest k), which
+    failed and which of those regressed; None when the run has none."""
+    k = max(run.ks)
+    cases = [c for c in run.cases if c.source == SOURCE]
+    if not cases:
+        return None
+    failed = [c.case_id for c in cases if c.metrics[f"hit@{k}"] == 0]
+    return {"cases": len(cases), "passed": len(cases) - len(failed), "failed": failed, "regressed": list(run.regressed)}
+
+
 def gate_json(gate: GateResult) -> dict[str, Any]:
     return {
         "verdict": gate.verdict,
@@ -62,6 +75,8 @@ def format_table(run: Run, report: Report, gate: GateResult | None) -> str:
     """A plain-text report: overall, categories and sources worst first, diagnosis, verdict."""
     k = max(run.ks)
     cols = [f"hit@{k}", f"recall@{k}", f"precision@{k}", f"mrr@{k}", f"ndcg@{k}"]
+    if f"stale@{k}" in report.overall.metrics:  # runs stored before stale@k lack it
+        cols.append(f"stale@{k}")
     width = max([len(g.name) for g in (report.overall, *report.by_category, *report.by_source)] + [8])
     header = f"{'':<{width}} {'cases':>5} " + " ".join(f"{c:>12}" for c in cols)
     lines = [f"run {run.run_id}  set {run.set_name}  unit {run.unit}  k {list(run.ks)}", header]
@@ -78,6 +93,11 @@ def format_table(run: Run, report: Report, gate: GateResult | None) -> str:
         f"{f.scope}: {f.problem}: {f.advice}" if f.problem != "none" else f"{f.scope}: {f.advice}"
         for f in report.diagnosis
     )
+    incidents = incident_bucket(run)
+    if incidents is not None:
+        lines.append(f"-- incidents: {incidents['passed']} of {incidents['cases']} pass")
+        if incidents["regressed"]:
+            lines.append(f"  regressed (passed before, fail now): {', '.join(incidents['regressed'])}")
     if gate is not None:
         lines.append(f"-- gate: {gate.verdict.upper()}")
         lines.extend(f"  {r}" for r in gate.reasons)

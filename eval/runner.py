@@ -88,6 +88,8 @@ class Run:
     params: Mapping[str, Any]
     cases: tuple[CaseResult, ...]
     gate: Mapping[str, Any] | None = None  # the verdict against a baseline, when the run was gated
+    # incident cases (eval.incidents) that passed in an earlier run of the set and fail in this one
+    regressed: tuple[str, ...] = ()
 
 
 def run_set(

@@ -16,8 +16,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from eval.cases import Case
+from eval.errors import UnknownName
 from eval.faults import crash_point
 from eval.gate import GateConfig, GateResult, compare
+from eval.incidents import CASE_PREFIX, incident_id
 from eval.matching import Retrieved, Unit
 from eval.present import gate_json
 from eval.report import Report, build_report
@@ -25,6 +27,7 @@ from eval.runner import Query, Run, run_set
 from eval.storage import RunStore, SetStore
 from service.errors import Busy, TimedOut
 from service.filters import FilterSpec
+from service.incidents import IncidentService
 from service.payload import head_point_id
 from service.pipeline import SearchParams, SearchPipeline
 from service.stores.base import VectorStore
@@ -46,9 +49,19 @@ class PipelineRetriever:
         self.parse_filters = parse_filters
 
     def retrieve(self, queries: Sequence[Query]) -> list[list[Retrieved]]:
+        import datetime as dt  # local, as in `_timestamp` below
+
         params = [self._params(q) for q in queries]
+        # one instant per batch, taken before the search's own, so a hit its freshness filter let through is current
+        now = dt.datetime.now(dt.UTC)
         results = self.pipeline.search_batch([q.text for q in queries], params, observe=False)
-        return [[Retrieved(h.chunk.chunk_id, h.chunk.doc_id, h.chunk.text, h.score) for h in r.hits] for r in results]
+        return [
+            [
+                Retrieved(h.chunk.chunk_id, h.chunk.doc_id, h.chunk.text, h.score, stale=not h.current_at(now))
+                for h in r.hits
+            ]
+            for r in results
+        ]
 
     def _params(self, q: Query) -> SearchParams:
         limit = self.pipeline.limits.max_candidates
@@ -99,12 +112,14 @@ class EvalService:
         runs: RunStore,
         parse_filters: FilterParser,
         *,
+        incidents: IncidentService | None = None,
         max_concurrent: int = 2,
         timeout: float = 600.0,
         reserve_space: Callable[[int], None] = lambda _: None,
     ) -> None:
         self.sets = sets
         self.runs = runs
+        self.incidents = incidents
         self.reserve_space = reserve_space  # raises InsufficientStorage before a write the disk cannot take
         self.parse_filters = parse_filters
         self.max_concurrent = max_concurrent
@@ -126,7 +141,7 @@ class EvalService:
         gate_config: GateConfig,
     ) -> Evaluation:
         """`evaluate_cases` on a stored set, gated against a stored baseline, both by name (the HTTP path)."""
-        cases = self.sets.get(set_name)
+        cases = self.cases(set_name)
         reference = self.runs.baseline(baseline) if baseline else None  # fail fast, before the run
         return self.evaluate_cases(
             pipeline,
@@ -173,15 +188,59 @@ class EvalService:
             )
         finally:
             self._slots.release()
+        outcomes = self._incident_outcomes(run)
+        regressed = tuple(f"{CASE_PREFIX}{i}" for i, outcome in sorted(outcomes.items()) if outcome == "regressed")
+        run = replace(run, regressed=regressed)
         gate = compare(run, reference, gate_config) if reference else None
         if gate is not None:
             run = replace(run, gate=gate_json(gate))  # kept with the run: the gauge survives a restart
         self.reserve_space(4096 * len(run.cases))
         self.runs.save(run)
+        if self.incidents is not None:
+            self.incidents.records.record_outcomes(run.run_id, outcomes)
         evaluation = Evaluation(run, build_report(run), gate, tuple(unknown_documents(pipeline.store, cases)))
         with self._lock:
             self._restore()[set_name] = evaluation
         return evaluation
+
+    def cases(self, set_name: str) -> list[Case]:
+        """A set as a run sees it: its stored or packaged cases, then the cases of its counted incidents (an
+        incident case whose id the set already holds, e.g. after `plumbline incidents export`, is not added
+        twice). A set may consist of incidents alone."""
+        try:
+            base = self.sets.get(set_name)
+        except UnknownName:
+            base = []
+        held = {c.id for c in base}
+        extra = [c for c in (self.incidents.cases(set_name) if self.incidents else []) if c.id not in held]
+        if not base and not extra:
+            self.sets.get(set_name)  # raises UnknownName listing the known sets
+        return [*base, *extra]
+
+    def set_names(self) -> list[str]:
+        """Stored, packaged, and sets that only incidents have filled so far."""
+        names = set(self.sets.names())
+        if self.incidents is not None:
+            names.update(self.incidents.records.set_names(self.incidents.counted_statuses()))
+        return sorted(names)
+
+    def _incident_outcomes(self, run: Run) -> dict[int, str]:
+        """Each incident case's outcome in `run`: passed (hit at the largest k), failed, or regressed (failed,
+        having passed in an earlier run of its set)."""
+        if self.incidents is None:
+            return {}
+        ids = {i: c for c in run.cases if (i := incident_id(c.case_id)) is not None}
+        if not ids:
+            return {}
+        passed_before = self.incidents.records.passed_before(list(ids))
+        k = max(run.ks)
+        out = {}
+        for i, c in ids.items():
+            if c.metrics[f"hit@{k}"] > 0:
+                out[i] = "passed"
+            else:
+                out[i] = "regressed" if i in passed_before else "failed"
+        return out
 
     def _deadline(self, at: float) -> Callable[[int, int], None]:
         def check(done: int, total: int) -> None:
@@ -207,7 +266,7 @@ class EvalService:
     def _restore(self) -> dict[str, Evaluation]:
         if self._latest is None:
             self._latest = {}
-            for run in reversed(self.runs.list()):  # oldest first, so the newest per set wins
+            for run in self.runs.latest():
                 self._latest[run.set_name] = Evaluation(run, build_report(run), None)
         return self._latest
 
@@ -215,8 +274,8 @@ class EvalService:
 class EvalGaugeCollector(Collector):
     """`plumbline_eval_*` gauges from the latest run of each set, read at scrape time."""
 
-    def __init__(self, service: EvalService) -> None:
-        self._service = service
+    def __init__(self, service: Callable[[], EvalService | None]) -> None:
+        self._service = service  # None until the service has started
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         score = GaugeMetricFamily(
@@ -231,7 +290,8 @@ class EvalGaugeCollector(Collector):
         when = GaugeMetricFamily(
             "plumbline_eval_last_run_timestamp_seconds", "When the latest run finished (Unix time).", labels=["set"]
         )
-        for set_name, ev in sorted(self._service.latest().items()):
+        service = self._service()
+        for set_name, ev in sorted(service.latest().items() if service is not None else ()):
             for group in (ev.report.overall, *ev.report.by_category):
                 category = "all" if group is ev.report.overall else group.name
                 cases.add_metric([set_name, category], group.cases)

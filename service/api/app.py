@@ -12,9 +12,10 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 
 from service.api import errors
-from service.api.routes import documents, evaluation, health, search
+from service.api.routes import documents, evaluation, health, incidents, search
 from service.api.schemas import ERROR_RESPONSES
 from service.evaluation import EvalGaugeCollector
+from service.incidents import IncidentGaugeCollector
 from service.observability import IndexSizeCollector, ServiceMetrics
 from service.runtime import Components, Runtime
 from service.settings import Settings
@@ -38,7 +39,8 @@ def create_app(
     metrics = ServiceMetrics(registry)
     runtime = Runtime(settings, components, metrics, preload)
     registry.register(IndexSizeCollector(lambda: _counts(runtime)))
-    registry.register(EvalGaugeCollector(runtime.evals))
+    registry.register(EvalGaugeCollector(lambda: runtime.evals if runtime.ready else None))
+    registry.register(IncidentGaugeCollector(lambda: runtime.state))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -57,7 +59,7 @@ def create_app(
     app.state.runtime = runtime
     app.state.registry = registry
     errors.install(app)
-    for module in (documents, search, evaluation, health):
+    for module in (documents, search, evaluation, incidents, health):
         app.include_router(module.router)
 
     @app.middleware("http")

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from service.evaluation import EvalService
+from service.incidents import IncidentService
 from service.index import Index
 from service.pipeline import SearchPipeline
 from service.runtime import Runtime
@@ -36,12 +37,16 @@ async def get_pipeline(runtime: RuntimeDep) -> SearchPipeline:
 
 
 async def get_evals(runtime: RuntimeDep) -> EvalService:
-    """The eval service for writes: only once the runtime is up, i.e. holds the data directory's lock."""
-    runtime.index  # noqa: B018 (raises NotReady until warm-up has finished)
+    """The eval service: once the runtime is up (holds the data directory's lock, the state store is open)."""
     return runtime.evals
+
+
+async def get_incidents(runtime: RuntimeDep) -> IncidentService:
+    return runtime.incidents
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 IndexDep = Annotated[Index, Depends(get_index)]
 PipelineDep = Annotated[SearchPipeline, Depends(get_pipeline)]
 EvalsDep = Annotated[EvalService, Depends(get_evals)]
+IncidentsDep = Annotated[IncidentService, Depends(get_incidents)]

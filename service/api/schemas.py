@@ -187,13 +187,15 @@ class HitOut(BaseModel):
     score: float
     span: tuple[int, int]
     status: DocStatus
+    current: bool = Field(description="the document is current now: not superseded, archived, draft or expired")
     tags: list[str]
     updated_at: AwareDatetime | None
     metadata: dict[str, Any]
     stages: dict[str, StageOut] | None = None
 
     @classmethod
-    def of(cls, hit: Hit, explain: bool) -> HitOut:
+    def of(cls, hit: Hit, explain: bool, now: dt.datetime) -> HitOut:
+        """`now` (timezone-aware) is the instant `current` is judged at: the request's."""
         c = hit.chunk
         return cls(
             chunk_id=c.chunk_id,
@@ -204,6 +206,7 @@ class HitOut(BaseModel):
             score=hit.score,
             span=(c.start, c.end),
             status=hit.status,
+            current=hit.current_at(now),
             tags=list(hit.tags),
             updated_at=hit.updated_at,
             metadata=dict(hit.metadata),
@@ -255,8 +258,13 @@ class EvalRunRequest(_Strict):
     overrides: SearchOptions = Field(default_factory=SearchOptions)
     baseline: str | None = Field(None, description="baseline name to gate against")
     tolerance: float | None = Field(None, ge=0, le=1, description="allowed absolute drop per metric")
-    metrics: list[str] = Field(default_factory=list, description="metrics to gate; default hit/recall/mrr/ndcg@max k")
+    metrics: list[str] = Field(
+        default_factory=list, description="metrics to gate; default hit/recall/mrr/ndcg/stale@max k"
+    )
     require_significance: bool = False
+    fail_on_regressed_incidents: bool | None = Field(
+        None, description="fail the gate when an incident case regressed (default: the service's setting)"
+    )
     include_cases: bool = True
 
 
@@ -316,6 +324,13 @@ class CaseOut(BaseModel):
     top: list[TopHitOut]
 
 
+class IncidentBucketOut(BaseModel):
+    cases: int
+    passed: int
+    failed: list[str] = Field(description="incident case ids that fail in this run")
+    regressed: list[str] = Field(description="of those, the ones that passed in an earlier run")
+
+
 class EvalReportOut(BaseModel):
     """One evaluation run: its numbers overall, per category and per source (worst first), the diagnosis, the
     gate verdict (null without a baseline) and, unless left out, every case."""
@@ -333,6 +348,9 @@ class EvalReportOut(BaseModel):
     by_source: list[GroupOut]
     diagnosis: list[FindingOut]
     gate: GateOut | None
+    incidents: IncidentBucketOut | None = Field(
+        None, description="the run's incident cases: how many passed, and which regressed (passed before, fail now)"
+    )
     cases: list[CaseOut] | None = None
     warnings: list[str] = Field(default_factory=list)
 
@@ -362,3 +380,4 @@ class RunSummary(BaseModel):
     unit: str
     cases: int
     metrics: dict[str, float]
+    gate: Literal["pass", "fail"] | None = Field(None, description="the gate's verdict, null when not gated")

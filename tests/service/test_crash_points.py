@@ -121,7 +121,7 @@ def cases(n: int) -> str:
     )
 
 
-@pytest.mark.parametrize(("point", "replaced"), [("state:temp-written", False), ("set:written", True)])
+@pytest.mark.parametrize(("point", "replaced"), [("state:before-commit", False), ("set:written", True)])
 def test_a_crash_while_replacing_a_labelled_set(tmp_path: Path, point: str, replaced: bool) -> None:
     data = tmp_path / "data"
     with ServerProcess(data, env={"PLUMBLINE_CRASH_AT": f"{point}#2"}) as server:

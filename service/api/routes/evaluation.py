@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
+from eval.cases import dump_jsonl
 from eval.gate import GateConfig
 from eval.present import report_json
-from eval.report import build_report, mean_metrics
+from eval.report import build_report
 from eval.trec import trec_run_lines
 from service.api.convert import run_params, to_params
-from service.api.deps import EvalsDep, IndexDep, PipelineDep, RuntimeDep, SettingsDep
+from service.api.deps import EvalsDep, IndexDep, PipelineDep, SettingsDep
 from service.api.schemas import (
     BaselineRequest,
     BaselineResponse,
@@ -28,7 +29,7 @@ router = APIRouter(prefix="/eval", tags=["eval"])
 
 
 @router.post("/run", response_model=EvalReportOut)
-def run_eval(body: EvalRunRequest, runtime: RuntimeDep, pipeline: PipelineDep, settings: SettingsDep) -> dict[str, Any]:
+def run_eval(body: EvalRunRequest, evals: EvalsDep, pipeline: PipelineDep, settings: SettingsDep) -> dict[str, Any]:
     """Evaluate a set through the same pipeline as /search; with `baseline`, gate against it."""
     base = to_params(body.overrides, settings, reranker_configured=pipeline.reranker is not None)
     record = run_params(base, body.overrides)
@@ -36,8 +37,13 @@ def run_eval(body: EvalRunRequest, runtime: RuntimeDep, pipeline: PipelineDep, s
         metrics=tuple(body.metrics),
         tolerance=body.tolerance if body.tolerance is not None else GateConfig().tolerance,
         require_significance=body.require_significance,
+        fail_on_regressed=(
+            body.fail_on_regressed_incidents
+            if body.fail_on_regressed_incidents is not None
+            else settings.fail_on_regressed_incidents
+        ),
     )
-    ev = runtime.evals.evaluate(
+    ev = evals.evaluate(
         pipeline,
         base,
         set_name=body.set,
@@ -51,30 +57,37 @@ def run_eval(body: EvalRunRequest, runtime: RuntimeDep, pipeline: PipelineDep, s
 
 
 @router.get("/runs", response_model=list[RunSummary])
-def list_runs(runtime: RuntimeDep) -> list[RunSummary]:
+def list_runs(
+    evals: EvalsDep,
+    set: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> list[RunSummary]:
+    """Runs newest first, without their cases."""
     return [
         RunSummary(
             run_id=r.run_id,
             set=r.set_name,
             created_at=r.created_at,
             unit=r.unit,
-            cases=len(r.cases),
-            metrics=mean_metrics(r.cases),
+            cases=r.cases,
+            metrics=dict(r.metrics),
+            gate=r.gate,
         )
-        for r in runtime.evals.runs.list()
+        for r in evals.runs.summaries(limit, offset, set)
     ]
 
 
 @router.get("/runs/{run_id}", response_model=EvalReportOut)
-def get_run(run_id: str, runtime: RuntimeDep) -> dict[str, Any]:
-    run = runtime.evals.runs.get(run_id)
+def get_run(run_id: str, evals: EvalsDep) -> dict[str, Any]:
+    run = evals.runs.get(run_id)
     return report_json(run, build_report(run), None)
 
 
 @router.get("/runs/{run_id}/trec")
-def get_run_trec(run_id: str, runtime: RuntimeDep) -> Response:
+def get_run_trec(run_id: str, evals: EvalsDep) -> Response:
     """The run in TREC format, for trec_eval / pytrec_eval / ranx."""
-    run = runtime.evals.runs.get(run_id)
+    run = evals.runs.get(run_id)
     return Response("".join(line + "\n" for line in trec_run_lines(run)), media_type="text/plain")
 
 
@@ -86,15 +99,17 @@ def promote(body: BaselineRequest, evals: EvalsDep) -> BaselineResponse:
 
 
 @router.get("/sets", response_model=list[SetSummary])
-def list_sets(runtime: RuntimeDep) -> list[SetSummary]:
-    sets = runtime.evals.sets
-    return [SetSummary(name=n, cases=len(sets.get(n))) for n in sets.names()]
+def list_sets(evals: EvalsDep) -> list[SetSummary]:
+    """Every set an eval run can name, with its case count (incidents that count included)."""
+    return [SetSummary(name=n, cases=len(evals.cases(n))) for n in evals.set_names()]
 
 
 @router.get("/sets/{name}")
-def export_set(name: str, runtime: RuntimeDep) -> Response:
-    path = runtime.evals.sets.path(name)
-    return Response(path.read_text(encoding="utf-8"), media_type="application/x-ndjson")
+def export_set(name: str, evals: EvalsDep, incidents: bool = False) -> Response:
+    """The set as JSON Lines, as stored or packaged; with `incidents=true`, as a run sees it (its counted
+    incidents' cases appended)."""
+    text = dump_jsonl(evals.cases(name)) if incidents else evals.sets.text(name)
+    return Response(text, media_type="application/x-ndjson")
 
 
 @router.put("/sets/{name}", response_model=SetSummary)
