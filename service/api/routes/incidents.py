@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Path, Query, status
 from starlette.concurrency import run_in_threadpool
 
 from eval.cases import Label
@@ -19,6 +19,8 @@ from service.incidents import IncidentReport
 from service.state.incidents import Incident
 
 router = APIRouter(prefix="/eval/incidents", tags=["incidents"])
+MAX_ID = 2**31 - 1  # incident ids are 32-bit integers in the store
+IncidentId = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 
 @router.post("", response_model=IncidentCreated, status_code=status.HTTP_201_CREATED)
@@ -57,7 +59,9 @@ async def list_incidents(
     since: Annotated[dt.datetime | None, Query(description="updated at or after (ISO 8601)")] = None,
     set: str | None = None,
     tenant: str | None = None,
-    before: Annotated[int | None, Query(ge=1, description="page on: the previous page's next_before")] = None,
+    before: Annotated[
+        int | None, Query(ge=1, le=MAX_ID, description="page on: the previous page's next_before")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> dict[str, Any]:
     """Incidents newest first, filtered, a page at a time."""
@@ -81,7 +85,7 @@ async def list_incidents(
 
 
 @router.get("/{incident_id}", response_model=IncidentOut)
-async def get_incident(incident_id: int, incidents: IncidentsDep) -> dict[str, Any]:
+async def get_incident(incident_id: IncidentId, incidents: IncidentsDep) -> dict[str, Any]:
     """One incident with every report and its history (who reported, merged, edited, accepted or rejected it)."""
     return incident_json(await run_in_threadpool(incidents.records.get, incident_id), detail=True)
 

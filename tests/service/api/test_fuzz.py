@@ -1,7 +1,8 @@
 """Fuzz a real `plumbline serve` over HTTP: no request may make it answer 5xx, and the index survives.
 
 One server for the module (it takes about 9 s to start): a few documents (one superseding another), a small
-labelled set and one eval run are put in first, so GET, DELETE, search, eval and baseline calls meet real data.
+labelled set, one eval run and one incident are put in first, so GET, DELETE, search, eval, baseline and
+incident calls meet real data.
 Then schemathesis sends schema-derived requests, valid and invalid, to every operation of `/openapi.json`;
 a plain test sends bodies nested far deeper than any parser should follow; and a last test stops the server,
 runs `plumbline doctor` on its data directory and starts it again.
@@ -114,6 +115,7 @@ def schemathesis_config() -> SchemathesisConfig:
 class Seeded:
     server: ServerProcess
     run_id: str
+    incident_id: int
 
     @property
     def url(self) -> str:
@@ -135,7 +137,10 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
             r = client.post("/eval/run", json={"set": FUZZ_SET, "k": [1, 5]})
             assert r.status_code == 200, r.text
             run_id = r.json()["run_id"]
-        yield Seeded(server, run_id)
+            incident = {"question": "refund window", "doc_id": DOCUMENTS[0]["id"], "reporter": "fuzz"}
+            r = client.post("/eval/incidents", json=incident)
+            assert r.status_code == 201, r.text
+        yield Seeded(server, run_id, r.json()["incident_id"])
     finally:
         server.kill()
 
@@ -149,13 +154,17 @@ def api_schema(seeded: Seeded) -> BaseSchema:
         "name": [FUZZ_SET, "handbook"],
         "set": [FUZZ_SET],
         "supersedes": [d["id"] for d in DOCUMENTS],
+        "incident_id": [seeded.incident_id],
     }
 
     def naming_stored(values: Any, *keys: str) -> list[Any]:
         """`values` as generated, and with one of `keys` set to the name of something the fixture stored."""
         if not isinstance(values, dict):
             return [values]
-        return [values, *({**values, k: name} for k in keys if isinstance(values.get(k), str) for name in stored[k])]
+        return [
+            values,
+            *({**values, k: name} for k in keys if isinstance(values.get(k), str | int) for name in stored[k]),
+        ]
 
     def without_knobs(options: dict[str, Any]) -> dict[str, Any]:
         """Search options without the numeric knobs, so that the server's defaults apply: the schema declares
@@ -168,7 +177,7 @@ def api_schema(seeded: Seeded) -> BaseSchema:
     # 404s and /eval/run an unknown set.
     @schema.hook
     def flatmap_path_parameters(_: HookContext, params: Any) -> st.SearchStrategy[Any]:
-        return st.sampled_from(naming_stored(params, "doc_id", "run_id", "name"))
+        return st.sampled_from(naming_stored(params, "doc_id", "run_id", "name", "incident_id"))
 
     @schema.hook
     def flatmap_body(ctx: HookContext, body: Any) -> st.SearchStrategy[Any]:
@@ -184,6 +193,8 @@ def api_schema(seeded: Seeded) -> BaseSchema:
                 variants += [{**v, "overrides": without_knobs(body["overrides"])} for v in variants]
         elif path == "/eval/baselines":
             variants = naming_stored(body, "run_id")
+        elif path == "/eval/incidents":
+            variants = naming_stored(body, "doc_id")
         elif path == "/documents" and isinstance(body.get("documents"), list) and body["documents"]:
             first, *rest = body["documents"]
             variants = [{**body, "documents": [named, *rest]} for named in naming_stored(first, "supersedes")]
