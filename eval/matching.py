@@ -2,7 +2,7 @@
 
 `unit="chunk"` keeps chunk ranks (what fills a context window): a chunk label is satisfied by that
 chunk, a document label by any chunk of the document, an evidence label by a chunk of the document
-whose text contains the evidence after whitespace and Unicode normalisation.
+whose text contains the evidence after whitespace, Unicode and Markdown-emphasis normalisation (`normalize`).
 `unit="doc"` first collapses results to documents (the first occurrence keeps its rank) and judges
 every label at document level: the label's document (a chunk label's is the part of its id before
 `#`) must be the result. This is BEIR's unit; on BEIR data every metric then equals trec_eval's.
@@ -46,8 +46,18 @@ class Judgement:
 
 
 def normalize(text: str) -> str:
-    """NFKC, case-folded, whitespace runs collapsed to one space."""
-    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+    """NFKC, case-folded, Markdown emphasis and code marks (`*`, `` ` ``) dropped, whitespace runs collapsed to
+    one space: evidence copied from a rendered page ("a full cash refund") matches the source's
+    "a **full cash refund**".
+
+    Example:
+        >>> normalize("Receives a **FULL  cash** refund")
+        'receives a full cash refund'
+    """
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().translate(_MARKS).split())
+
+
+_MARKS = str.maketrans("", "", "*`")
 
 
 def collapse_to_documents(results: Sequence[Retrieved]) -> list[Retrieved]:

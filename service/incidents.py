@@ -89,7 +89,7 @@ class IncidentService:
         crash_point("incident:committed")
         try:
             params = replace(base, filters=self._spec(new), fresh_only=new.fresh_only)
-            result = triage(pipeline, new.question, new.label, stored, params, k)
+            result = triage(pipeline, new.question, _most_specific(incident.labels, new.label), stored, params, k)
         except PlumblineError as exc:  # the report is stored: say why triage failed rather than fail the call
             log.warning("triage of incident %d failed: %s", incident.id, exc)
             return Reported(incident, merged, None, str(exc))
@@ -182,6 +182,12 @@ class IncidentService:
         ]
 
 
+def _most_specific(labels: Sequence[Label], reported: Label) -> Label:
+    """What triage looks for: of the incident's labels on the reported document, the first that names evidence or a
+    chunk (a later report naming only the document does not blur an earlier, precise one); else the report's."""
+    return next((x for x in labels if x.document == reported.document and x.kind != "doc"), reported)
+
+
 def _source(r: IncidentReport, tenant: str | None, index: Index) -> tuple[Label, StoredDocument]:
     if r.chunk_id and (r.doc_id or r.evidence):
         raise InvalidRequest("chunk_id: give either chunk_id, or doc_id (with evidence), not both")
@@ -212,8 +218,8 @@ def _source_label(label: Label, tenant: str | None, index: Index, field: str) ->
         if not any(words in normalize(c.text) for c in stored.chunks):
             if words in normalize(stored.document.text):
                 raise InvalidRequest(
-                    f"evidence: the words are in document {label.document!r} but split across two of its chunks; "
-                    "give the shorter passage that answers the question"
+                    f"evidence: the words are in document {label.document!r} but in no single passage of its body "
+                    "(they are in a heading, or span two chunks): give words from the passage that answers"
                 )
             raise InvalidRequest(
                 f"evidence: the words were not found in document {label.document!r} (compared ignoring case, "

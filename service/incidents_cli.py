@@ -101,8 +101,8 @@ def _post(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=1, ensure_ascii=False))
         return 0
-    merged = f" (merged into #{out['duplicate_of']}, {out['reports']} reports)" if out["duplicate_of"] else ""
-    print(f"incident #{out['incident_id']}{merged}: {out['status']}")
+    merged = f" (a known question: report {out['reports']} of it, merged)" if out["duplicate_of"] else ""
+    print(f"incident #{out['incident_id']}: {out['status']}{merged}")
     triage = out.get("triage")
     if triage:
         stages = ", ".join(f"{k} {v if v is not None else '-'}" for k, v in triage["stages"].items())

@@ -149,7 +149,7 @@ class IncidentRecords:
             merged = row.reports > 1
             label = r.label.to_json()
             labels = json.loads(row.labels)
-            if merged and label not in labels:
+            if merged and label not in labels and not _covered(r.label, labels):
                 conn.execute(
                     update(i).where(i.c.id == row.id).values(labels=json.dumps([*labels, label], ensure_ascii=False))
                 )
@@ -315,6 +315,11 @@ def _event(conn: Connection, incident_id: int, actor: str, action: str, detail: 
             detail=json.dumps(dict(detail), ensure_ascii=False, default=str),
         )
     )
+
+
+def _covered(label: Label, labels: list[dict[str, Any]]) -> bool:
+    """A label naming only a document adds nothing to an incident that already names a place in that document."""
+    return label.kind == "doc" and any(Label(**x).document == label.document for x in labels)
 
 
 def _unique(names: Any) -> tuple[str, ...]:
