@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from eval.storage import RunStore, SetStore
 from service.api.convert import parse_filters
@@ -37,6 +38,7 @@ from service.stores.base import VectorStore
 from service.tokenizer import TokenizerConfig
 
 log = logging.getLogger("plumbline")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -128,29 +130,27 @@ class Runtime:
                 "(PLUMBLINE_MIN_FREE_DISK_MB): free some space or move the data directory. Nothing was written."
             )
 
+    def _started(self, part: T | None) -> T:
+        """`part` once warm-up has finished; `NotReady` (with the reason, if it failed) before."""
+        if part is None or not self.ready:
+            raise NotReady(self.error or "the service is still starting (loading models); retry shortly")
+        return part
+
     @property
     def index(self) -> Index:
-        if self._index is None or not self.ready:
-            raise NotReady(self.error or "the service is still loading models; retry shortly")
-        return self._index
+        return self._started(self._index)
 
     @property
     def pipeline(self) -> SearchPipeline:
-        if self._pipeline is None or not self.ready:
-            raise NotReady(self.error or "the service is still loading models; retry shortly")
-        return self._pipeline
+        return self._started(self._pipeline)
 
     @property
     def evals(self) -> EvalService:
-        if self._evals is None or not self.ready:
-            raise NotReady(self.error or "the service is still starting; retry shortly")
-        return self._evals
+        return self._started(self._evals)
 
     @property
     def incidents(self) -> IncidentService:
-        if self._incidents is None or not self.ready:
-            raise NotReady(self.error or "the service is still starting; retry shortly")
-        return self._incidents
+        return self._started(self._incidents)
 
     @property
     def state(self) -> StateStore | None:

@@ -31,18 +31,7 @@ async def report_incident(
     same set and tenant merges into the existing incident: `duplicate_of` names it and `reports` counts. The
     report is committed before the 201; the triage replays the question through the live pipeline."""
     report = IncidentReport(
-        question=body.question,
-        reporter=body.reporter,
-        doc_id=body.doc_id,
-        chunk_id=body.chunk_id,
-        evidence=body.evidence,
-        category=body.category,
-        answer=body.answer,
-        note=body.note,
-        tenant=body.tenant,
-        filters=body.filters.model_dump(mode="json", exclude_defaults=True),
-        fresh_only=body.fresh_only,
-        set=body.set,
+        **body.model_dump(exclude={"filters"}), filters=body.filters.model_dump(mode="json", exclude_defaults=True)
     )
     base = to_params(SearchOptions(), settings, reranker_configured=pipeline.reranker is not None)
     done = await run_in_threadpool(incidents.report, report, index, pipeline, base, settings.default_k)
