@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from eval.cases import Label
+from eval.faults import crash_point
 from eval.matching import Retrieved, judge
 from service.domain import DocStatus, Hit
 from service.filters import Clause, FilterSpec, Match, build_filter
@@ -73,6 +74,7 @@ def triage(
     pipeline: SearchPipeline, question: str, label: Label, stored: StoredDocument, params: SearchParams, k: int
 ) -> Triage:
     """Where `label`'s source stands for `question` searched with `params` (the user's filters and freshness)."""
+    crash_point("incident:triage")
     now = dt.datetime.now(dt.UTC)
     depth = min(DEPTH, pipeline.limits.max_k)
     wide = replace(params, k=depth, candidates=max(params.candidates, depth), explain=True, distinct_docs=False)

@@ -60,9 +60,11 @@ def test_concurrent_reports_then_sigkill_after_a_201_loses_nothing(tmp_path: Pat
         assert sorted(i["reports"] for i in listed)[-1] == 50
 
 
-def test_a_crash_at_the_commit_point_keeps_the_committed_incident(tmp_path: Path, corpus: Path) -> None:
+@pytest.mark.parametrize("point", ["incident:committed", "incident:triage"])
+def test_a_crash_after_the_commit_keeps_the_incident(tmp_path: Path, corpus: Path, point: str) -> None:
+    """The report is committed before triage starts: a crash in triage (or just before it) loses nothing."""
     data = tmp_path / "data"
-    env = {"PLUMBLINE_CRASH_AT": "incident:committed"}
+    env = {"PLUMBLINE_CRASH_AT": point}
     with ServerProcess(data, env=env, args=["--ingest", str(corpus)]) as server:
         with server.client() as c, pytest.raises(httpx.TransportError):
             c.post("/eval/incidents", json=report("refund window"))
