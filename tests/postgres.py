@@ -13,11 +13,13 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, text
 
 
 def binaries() -> Path | None:
@@ -67,3 +69,13 @@ def postgres_server() -> Iterator[str]:
     finally:
         subprocess.run([*run, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def fresh_postgres_database(server_url: str) -> str:
+    """A new, empty database on the test server: its URL."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    engine = create_engine(server_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    engine.dispose()
+    return server_url.rsplit("/", 1)[0] + f"/{name}"

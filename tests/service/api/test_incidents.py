@@ -16,6 +16,7 @@ from service.incidents_cli import accepted_cases
 from service.runtime import Components
 from service.settings import Settings
 from tests.fakes import FakeEmbedder
+from tests.postgres import fresh_postgres_database
 
 NOISE = "refund window annual plans refund window annual plans"
 DOCS: list[dict[str, Any]] = [
@@ -337,3 +338,27 @@ def test_incident_gauge(client: TestClient) -> None:
     text = client.get("/metrics").text
     assert 'plumbline_incidents{category="billing",status="accepted"} 1.0' in text
     assert 'plumbline_incidents{category="it",status="new"} 1.0' in text
+
+
+def test_replicas_sharing_a_postgresql_state_store_see_each_others_incidents(tmp_path: Path, postgres_url: str) -> None:
+    url = fresh_postgres_database(postgres_url)
+    apps = [
+        create_app(
+            Settings(data_dir=tmp_path / name, state_url=url, incident_set="mini"),
+            components=Components(embedder=lambda _: FakeEmbedder()),
+        )
+        for name in ("a", "b")
+    ]
+    with TestClient(apps[0]) as a, TestClient(apps[1]) as b:
+        assert all(app.state.runtime.wait(timeout=60) for app in apps)
+        a.post("/documents", json={"documents": DOCS[:3]})
+        posted = post(a, question="vpn error LC-419", doc_id="it/vpn", evidence="token expired").json()
+        assert posted["triage"]["verdict"] == "retrieved"
+        seen = b.get(f"/eval/incidents/{posted['incident_id']}").json()
+        assert (seen["question"], seen["triage"]["verdict"]) == ("vpn error LC-419", "retrieved")
+        accept(b, posted["incident_id"])
+        assert a.get("/eval/incidents?status=accepted").json()["incidents"][0]["reviewer"] == "rev"
+        assert 'plumbline_incidents{category="billing",status="accepted"} 1.0' in b.get("/metrics").text
+        run = a.post("/eval/run", json={"set": "mini", "k": [1]}).json()
+        assert [r["run_id"] for r in b.get("/eval/runs").json()] == [run["run_id"]]
+    assert not (tmp_path / "a" / "state.db").exists()
