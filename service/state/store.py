@@ -21,16 +21,19 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, delete, event, func, insert, select, text, update
+from sqlalchemy import Engine, ExceptionContext, create_engine, delete, event, func, insert, select, text, update
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.pool import StaticPool
 
 from eval.errors import AlreadyExists
+from service.errors import InsufficientStorage, StoreUnavailable
 from service.state import schema as t
 from service.state.incidents import IncidentRecords
 from service.state.schema import now_iso
 from service.state.tx import writing
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+CONNECT_TIMEOUT = 10  # seconds: an unreachable PostgreSQL is an error, not a hang
 MIGRATION_LOCK = 7_263_001  # the PostgreSQL advisory lock id held while migrating
 
 
@@ -42,7 +45,11 @@ def _engine(url: str) -> Engine:
     if url.startswith(("postgres://", "postgresql://")):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
     if not url.startswith("sqlite"):
-        return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        engine = create_engine(
+            url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args={"connect_timeout": CONNECT_TIMEOUT}
+        )
+        event.listen(engine, "handle_error", _translate)
+        return engine
     memory = url in ("sqlite://", "sqlite:///:memory:")
     engine = create_engine(
         url,
@@ -62,7 +69,28 @@ def _engine(url: str) -> Engine:
         # IMMEDIATE takes the write lock at the start: two writers never both read, then deadlock on upgrading.
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
+    event.listen(engine, "handle_error", _translate)
     return engine
+
+
+FULL = ("database or disk is full", "no space left on device", "disk full")
+
+
+def _translate(context: ExceptionContext) -> Exception | None:
+    """Database errors that are not the request's fault, as the service's own: a full disk is 507, anything else
+    the database raises about itself (unreachable, locked past the timeout, read-only) is 503. Constraint
+    violations stay as they are: callers turn those into 409s."""
+    error = context.sqlalchemy_exception
+    if isinstance(error, IntegrityError) or not isinstance(error, DBAPIError):
+        return None
+    text = str(context.original_exception)
+    if any(words in text.lower() for words in FULL) or getattr(context.original_exception, "sqlstate", None) == "53100":
+        return InsufficientStorage(
+            f"the disk holding the state store is full ({text}): free some space. Nothing was written."
+        )
+    if isinstance(error, OperationalError | InterfaceError) or context.is_disconnect:
+        return StoreUnavailable(f"the state store is unavailable: {text}")
+    return None
 
 
 class StateStore:
@@ -163,6 +191,12 @@ class StateStore:
     def put_baseline(self, name: str, run_id: str, record: str, *, replace: bool) -> str | None:
         """Store a baseline; an existing one is moved to the history (only when `replace`, else `AlreadyExists`).
         Returns the replaced baseline's run id."""
+        try:
+            return self._put_baseline(name, run_id, record, replace=replace)
+        except IntegrityError:  # another replica promoted the first baseline of that name at the same moment
+            raise AlreadyExists(f"baseline {name!r} was just created by another request; send replace: true") from None
+
+    def _put_baseline(self, name: str, run_id: str, record: str, *, replace: bool) -> str | None:
         with writing(self.engine) as conn:
             old = conn.execute(
                 select(t.baselines.c.run_id, t.baselines.c.record).where(t.baselines.c.name == name).with_for_update()

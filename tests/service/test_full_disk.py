@@ -90,10 +90,10 @@ def test_a_full_disk_is_a_507_and_the_server_and_index_live_on(small_disk: Path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_our_own_writes_on_a_full_disk_are_a_507_too(small_disk: Path, tmp_path: Path) -> None:
-    """Labelled sets on their own full disk (PLUMBLINE_EVAL_SETS_DIR): past the reserve check, which watches
-    the data directory's disk, the write itself fails with ENOSPC, and that is a 507 as well, not a 500."""
-    env = {"PLUMBLINE_EVAL_SETS_DIR": str(small_disk / "sets")}
+def test_the_state_store_on_a_full_disk_is_a_507_too(small_disk: Path, tmp_path: Path) -> None:
+    """The state store on its own full disk (PLUMBLINE_STATE_URL): past the reserve check, which watches the data
+    directory's disk, SQLite's write fails ("database or disk is full"), and that is a 507 as well, not a 500."""
+    env = {"PLUMBLINE_STATE_URL": f"sqlite:///{small_disk / 'state.db'}"}
     with ServerProcess(tmp_path / "data", env=env) as server, server.client() as c:
         fill(small_disk, leave=64 * 1024)
         for size in (4096, 1):  # take the last blocks too (fallocate leaves what it cannot align)
@@ -105,9 +105,11 @@ def test_our_own_writes_on_a_full_disk_are_a_507_too(small_disk: Path, tmp_path:
                     pass
         r = c.put("/eval/sets/s", content=SET)
         assert r.status_code == 507, r.text
-        assert r.json()["detail"] == "the disk is full (no space left on device): free some space. Nothing was written."
+        assert r.json()["detail"].startswith("the disk holding the state store is full")
         assert c.get("/eval/sets/s").status_code == 404
         assert c.get("/health/live").status_code == 200
+        posted = c.post("/eval/incidents", json={"question": "q", "doc_id": "nope", "reporter": "ann"})
+        assert posted.status_code == 422  # validation comes first; reads still work
 
 
 def test_a_read_only_disk_is_a_503_that_says_so(small_disk: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -12,13 +13,19 @@ from typing import Any
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from fastapi.testclient import TestClient
 from sqlalchemy import event, text
 
 from eval.cases import Label
 from eval.errors import AlreadyExists, UnknownName
+from service.api.app import create_app
+from service.errors import StoreUnavailable
+from service.runtime import Components
+from service.settings import Settings
 from service.state import StateStore, open_state
 from service.state.incidents import NewReport
 from service.state.schema import metadata
+from tests.fakes import FakeEmbedder
 
 
 @pytest.fixture
@@ -242,3 +249,21 @@ def test_rows_survive_a_new_engine(state: StateStore) -> None:
         assert conn.execute(text("SELECT count(*) FROM incidents")).scalar() == 1
     assert fresh.incidents.get(a.id).question == "What is the refund window?"
     fresh.close()
+
+
+def test_an_unreachable_database_is_a_clear_503_error(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(StoreUnavailable, match="the state store is unavailable"):
+        open_state(f"postgresql://postgres@127.0.0.1:{port}/postgres")
+    app = create_app(
+        Settings(data_dir=tmp_path / "data", state_url=f"postgresql://postgres@127.0.0.1:{port}/postgres"),
+        components=Components(embedder=lambda _: FakeEmbedder()),
+    )
+    with TestClient(app) as client:
+        assert not app.state.runtime.wait(timeout=60)
+        ready = client.get("/health/ready")
+        assert ready.status_code == 503
+        assert "the state store is unavailable" in ready.json()["detail"]
+        assert client.get("/eval/incidents").status_code == 503
