@@ -48,6 +48,7 @@ class IncidentReport:
     filters: Mapping[str, Any] | None = None
     fresh_only: bool = True
     set: str | None = None
+    k: int | None = None  # how many results the assistant used; triage's "top k"
 
 
 @dataclass(frozen=True)
@@ -83,13 +84,15 @@ class IncidentService:
         self.count_new = count_new
 
     def report(self, r: IncidentReport, index: Index, pipeline: SearchPipeline, base: SearchParams, k: int) -> Reported:
-        """Validate, store (committed before this returns), then triage with `base` as the search parameters."""
+        """Validate, store (committed before this returns), then triage with `base` as the search parameters, in the
+        top `k` unless the report says how many results the assistant used."""
         new, stored = self._validated(r, index)
         incident, merged = self.records.report(new)
         crash_point("incident:committed")
         try:
             params = replace(base, filters=self._spec(new), fresh_only=new.fresh_only)
-            result = triage(pipeline, new.question, _most_specific(incident.labels, new.label), stored, params, k)
+            label = _most_specific(incident.labels, new.label)
+            result = triage(pipeline, new.question, label, stored, params, r.k or k)
         except PlumblineError as exc:  # the report is stored: say why triage failed rather than fail the call
             log.warning("triage of incident %d failed: %s", incident.id, exc)
             return Reported(incident, merged, None, str(exc))

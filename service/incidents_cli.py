@@ -43,6 +43,7 @@ def add_parser(sub: Any) -> None:
     post.add_argument("--filters", type=json.loads, default={}, help="the user's /search filters, as JSON")
     post.add_argument("--no-fresh-only", dest="fresh_only", action="store_false")
     post.add_argument("--set", help="the labelled set it joins (default: the service's)")
+    post.add_argument("--k", type=int, help="how many results the assistant gave its model (default: the service's k)")
     post.add_argument("--json", action="store_true")
     post.set_defaults(func=_post)
 
@@ -90,11 +91,8 @@ def _checked(response: httpx.Response) -> Any:
 
 
 def _post(args: argparse.Namespace) -> int:
-    body = {
-        key: getattr(args, key)
-        for key in ("question", "doc_id", "evidence", "chunk_id", "category", "reporter", "answer", "note", "tenant")
-        if getattr(args, key) is not None
-    }
+    fields = ("question", "doc_id", "evidence", "chunk_id", "category", "reporter", "answer", "note", "tenant", "k")
+    body = {key: getattr(args, key) for key in fields if getattr(args, key) is not None}
     body.update(filters=args.filters, fresh_only=args.fresh_only, **({"set": args.set} if args.set else {}))
     with _client(args) as client:
         out = _checked(client.post("/eval/incidents", json=body))

@@ -27,6 +27,9 @@ class IncidentIn(_Strict):
     tenant: str | None = Field(None, max_length=200, description="the tenant the user searched in")
     filters: FiltersIn = Field(default_factory=FiltersIn, description="the /search filters the user had")
     fresh_only: bool = Field(True, description="whether the user's search had fresh_only on")
+    k: int | None = Field(
+        None, ge=1, le=100, description="how many results the assistant gave its model (default: the service's k)"
+    )
     set: str | None = Field(None, description="the labelled set it joins (default: the service's incident set)")
 
 

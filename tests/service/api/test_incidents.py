@@ -178,6 +178,15 @@ def test_triage_ranked_low_names_the_hits_that_came_first(client: TestClient) ->
     assert t["stages"]["rerank"] is None  # no cross-encoder configured
 
 
+def test_triage_within_the_assistants_own_k(client: TestClient) -> None:
+    t = triage(client, question="refund window annual plans", doc_id="billing/refunds", k=5)
+    assert (t["verdict"], t["k"]) == ("retrieved", 5)
+    assert (
+        client.post("/eval/incidents", json={"question": "q", "doc_id": "it/vpn", "reporter": "a", "k": 0}).status_code
+        == 422
+    )
+
+
 def test_triage_not_retrieved(client: TestClient) -> None:
     t = triage(client, question="orbital lattice quasar", doc_id="misc/lattice", evidence="painted green")
     assert t["verdict"] == "not_retrieved", t
