@@ -6,7 +6,6 @@ from dataclasses import asdict
 from typing import Any
 
 from eval.gate import GateResult
-from eval.incidents import SOURCE
 from eval.report import Group, Report
 from eval.runner import Run
 
@@ -50,14 +49,18 @@ def report_json(run: Run, report: Report, gate: GateResult | None, *, cases: boo
 
 
 def incident_bucket(run: Run) -> dict[str, Any] | None:
-    """The run's incident cases (`eval.incidents`): how many, how many passed (a hit at the largest k), which
-    failed and which of those regressed; None when the run has none."""
-    k = max(run.ks)
-    cases = [c for c in run.cases if c.source == SOURCE]
-    if not cases:
+    """The run's incident cases (`eval.incidents`): how many, how many passed (the source within the incident's own
+    k), which failed and which of those regressed; None when the run has none."""
+    outcomes = run.incident_outcomes
+    if not outcomes:
         return None
-    failed = [c.case_id for c in cases if c.metrics[f"hit@{k}"] == 0]
-    return {"cases": len(cases), "passed": len(cases) - len(failed), "failed": failed, "regressed": list(run.regressed)}
+    failed = [case_id for case_id, outcome in sorted(outcomes.items()) if outcome != "passed"]
+    return {
+        "cases": len(outcomes),
+        "passed": len(outcomes) - len(failed),
+        "failed": failed,
+        "regressed": list(run.regressed),
+    }
 
 
 def gate_json(gate: GateResult) -> dict[str, Any]:

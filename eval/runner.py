@@ -88,8 +88,13 @@ class Run:
     params: Mapping[str, Any]
     cases: tuple[CaseResult, ...]
     gate: Mapping[str, Any] | None = None  # the verdict against a baseline, when the run was gated
-    # incident cases (eval.incidents) that passed in an earlier run of the set and fail in this one
-    regressed: tuple[str, ...] = ()
+    # incident cases (eval.incidents): case id -> "passed", "failed" or "regressed" (failed, having passed before)
+    incident_outcomes: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def regressed(self) -> tuple[str, ...]:
+        """Incident cases that passed in an earlier run of the set and fail in this one."""
+        return tuple(c for c, outcome in sorted(self.incident_outcomes.items()) if outcome == "regressed")
 
 
 def run_set(

@@ -208,7 +208,7 @@ def run_to_json(run: Run) -> dict[str, Any]:
         "k": list(run.ks),
         "params": dict(run.params),
         "gate": dict(run.gate) if run.gate is not None else None,
-        "regressed": list(run.regressed),
+        "incident_outcomes": dict(run.incident_outcomes),
         "cases": [
             {
                 "id": c.case_id,
@@ -246,7 +246,7 @@ def run_from_json(obj: dict[str, Any]) -> Run:
             ks=tuple(obj["k"]),
             params=obj.get("params", {}),
             gate=obj.get("gate"),
-            regressed=tuple(obj.get("regressed", ())),
+            incident_outcomes=obj.get("incident_outcomes", {}),
             cases=tuple(
                 CaseResult(
                     case_id=c["id"],

@@ -189,8 +189,7 @@ class EvalService:
         finally:
             self._slots.release()
         outcomes = self._incident_outcomes(run)
-        regressed = tuple(f"{CASE_PREFIX}{i}" for i, outcome in sorted(outcomes.items()) if outcome == "regressed")
-        run = replace(run, regressed=regressed)
+        run = replace(run, incident_outcomes={f"{CASE_PREFIX}{i}": outcome for i, outcome in outcomes.items()})
         gate = compare(run, reference, gate_config) if reference else None
         if gate is not None:
             run = replace(run, gate=gate_json(gate))  # kept with the run: the gauge survives a restart
@@ -225,21 +224,23 @@ class EvalService:
         return sorted(names)
 
     def _incident_outcomes(self, run: Run) -> dict[int, str]:
-        """Each incident case's outcome in `run`: passed (hit at the largest k), failed, or regressed (failed,
-        having passed in an earlier run of its set)."""
+        """Each incident case's outcome in `run`: passed (a relevant result within the incident's own k, the number
+        of results its assistant used, or the run's largest k), failed, or regressed (failed, having passed in an
+        earlier run of its set)."""
         if self.incidents is None:
             return {}
         ids = {i: c for c in run.cases if (i := incident_id(c.case_id)) is not None}
         if not ids:
             return {}
-        passed_before = self.incidents.records.passed_before(list(ids))
-        k = max(run.ks)
+        known = self.incidents.records.outcome_inputs(list(ids))
         out = {}
         for i, c in ids.items():
-            if c.metrics[f"hit@{k}"] > 0:
+            passed_before, k = known.get(i, (False, None))
+            within = min(k or max(run.ks), max(run.ks))
+            if c.first_relevant_rank is not None and c.first_relevant_rank <= within:
                 out[i] = "passed"
             else:
-                out[i] = "regressed" if i in passed_before else "failed"
+                out[i] = "regressed" if passed_before else "failed"
         return out
 
     def _deadline(self, at: float) -> Callable[[int, int], None]:

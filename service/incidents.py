@@ -92,7 +92,7 @@ class IncidentService:
         try:
             params = replace(base, filters=self._spec(new), fresh_only=new.fresh_only)
             label = _most_specific(incident.labels, new.label)
-            result = triage(pipeline, new.question, label, stored, params, r.k or k)
+            result = triage(pipeline, new.question, label, stored, params, incident.k or k)
         except PlumblineError as exc:  # the report is stored: say why triage failed rather than fail the call
             log.warning("triage of incident %d failed: %s", incident.id, exc)
             return Reported(incident, merged, None, str(exc))
@@ -132,6 +132,7 @@ class IncidentService:
             reporter=r.reporter.strip(),
             answer=r.answer,
             note=r.note,
+            k=r.k,
         )
         return new, stored
 

@@ -77,6 +77,7 @@ class IncidentOut(BaseModel):
     labels: list[dict[str, Any]] = Field(description="the sources, as labels of the case format (doc_id, evidence)")
     filters: dict[str, Any]
     fresh_only: bool
+    k: int | None = Field(description="how many results the assistant used (its case passes within them)")
     reports: int
     reporters: list[str]
     created_at: str

@@ -57,6 +57,7 @@ class Incident:
     reports: int
     created_at: str
     updated_at: str
+    k: int | None = None
     reviewer: str | None = None
     reason: str | None = None
     reviewed_at: str | None = None
@@ -84,6 +85,7 @@ class NewReport:
     reporter: str
     answer: str | None = None
     note: str | None = None
+    k: int | None = None  # how many results the assistant used
 
 
 def _upsert(dialect: str) -> Any:
@@ -102,6 +104,7 @@ def _incident(row: Any) -> Incident:
         filters=json.loads(row.filters),
         fresh_only=bool(row.fresh_only),
         reports=row.reports,
+        k=row.k,
         created_at=row.created_at,
         updated_at=row.updated_at,
         reviewer=row.reviewer,
@@ -134,13 +137,14 @@ class IncidentRecords:
                 labels=json.dumps([r.label.to_json()], ensure_ascii=False),
                 filters=json.dumps(dict(r.filters), ensure_ascii=False),
                 fresh_only=int(r.fresh_only),
+                k=r.k,
                 reports=1,
                 created_at=now,
                 updated_at=now,
             )
             .on_conflict_do_update(
                 index_elements=[i.c.set_name, i.c.tenant, i.c.question_key],
-                set_={"reports": i.c.reports + 1, "updated_at": now},
+                set_={"reports": i.c.reports + 1, "updated_at": now, "k": func.coalesce(i.c.k, r.k)},
             )
             .returning(i.c.id, i.c.reports, i.c.labels)
         )
@@ -276,13 +280,12 @@ class IncidentRecords:
         with self.engine.connect() as conn:
             return sorted(conn.scalars(query))
 
-    def passed_before(self, ids: Sequence[int]) -> set[int]:
-        """Those of `ids` whose case passed in some earlier eval run."""
-        query = select(t.incidents.c.id).where(
-            t.incidents.c.id.in_(list(ids)), t.incidents.c.first_passed_run.is_not(None)
-        )
+    def outcome_inputs(self, ids: Sequence[int]) -> dict[int, tuple[bool, int | None]]:
+        """For each of `ids`: whether its case passed in some earlier eval run, and its k."""
+        i = t.incidents
+        query = select(i.c.id, i.c.first_passed_run, i.c.k).where(i.c.id.in_(list(ids)))
         with self.engine.connect() as conn:
-            return set(conn.scalars(query))
+            return {row.id: (row.first_passed_run is not None, row.k) for row in conn.execute(query)}
 
     def record_outcomes(self, run_id: str, outcomes: Mapping[int, str]) -> None:
         """After an eval run: each incident's outcome there (passed, failed, regressed); the first passing run

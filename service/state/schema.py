@@ -68,6 +68,7 @@ incidents = Table(
     Column("labels", Text, nullable=False),  # JSON list of eval.cases.Label.to_json()
     Column("filters", Text, nullable=False),  # JSON: the /search filters the user had
     Column("fresh_only", Integer, nullable=False),
+    Column("k", Integer),  # how many results the assistant gave its model; None: the run's largest k
     Column("reports", Integer, nullable=False),
     Column("created_at", String(32), nullable=False),
     Column("updated_at", String(32), nullable=False),

@@ -317,3 +317,16 @@ def test_a_changed_set_warns_and_pairs_the_shared_cases() -> None:
 def test_same_set_different_retriever_does_not_warn() -> None:
     gate = compare(run_with(CASES, dropping(3), ks=(1, 5, 10)), BASE)
     assert gate.warnings == ()
+
+
+def test_a_regressed_incident_fails_the_gate_unless_told_otherwise() -> None:
+    cases = [doc_case("c1", "a"), doc_case("incident-7", "b", source="incident")]
+    baseline = run_with(cases, {"c1": docs("a"), "incident-7": docs("b")})
+    run = dataclasses.replace(baseline, incident_outcomes={"incident-7": "regressed"})
+    gate = compare(run, baseline)
+    assert not gate.passed
+    assert gate.reasons == ("incident case(s) incident-7 passed in an earlier run and fail now (regressed)",)
+    lenient = compare(run, baseline, GateConfig(fail_on_regressed=False))
+    assert lenient.passed
+    assert any("incident-7" in w for w in lenient.warnings)
+    assert compare(dataclasses.replace(run, incident_outcomes={"incident-7": "failed"}), baseline).passed

@@ -134,3 +134,15 @@ def test_format_table_lists_at_most_fifteen_worse_cases() -> None:
     line = next(x for x in table.splitlines() if "got worse" in x)
     assert line.startswith("  20 case(s) got worse: c00, c01,")
     assert line.endswith("c14 ...")
+
+
+def test_the_incident_bucket_comes_from_the_runs_outcomes() -> None:
+    run = run_with([doc_case("c1", "a")], {"c1": docs("a")})
+    assert report_json(run, build_report(run), None)["incidents"] is None
+    outcomes = {"incident-2": "failed", "incident-1": "passed", "incident-3": "regressed"}
+    with_incidents = dataclasses.replace(run, incident_outcomes=outcomes)
+    bucket = report_json(with_incidents, build_report(with_incidents), None)["incidents"]
+    assert bucket == {"cases": 3, "passed": 1, "failed": ["incident-2", "incident-3"], "regressed": ["incident-3"]}
+    table = format_table(with_incidents, build_report(with_incidents), None)
+    assert "-- incidents: 1 of 3 pass" in table
+    assert "regressed (passed before, fail now): incident-3" in table

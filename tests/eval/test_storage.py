@@ -157,7 +157,9 @@ def sample_run(texts: str = "the answer", n: int = 3) -> Run:
 
 
 def test_run_json_round_trip() -> None:
-    run = dataclasses.replace(sample_run(), params={"mode": "hybrid", "alpha": 0.5})
+    run = dataclasses.replace(
+        sample_run(), params={"mode": "hybrid", "alpha": 0.5}, incident_outcomes={"incident-1": "regressed"}
+    )
     again = run_from_json(json.loads(dump_run(run)))
     assert again == run
 
@@ -165,7 +167,7 @@ def test_run_json_round_trip() -> None:
 def test_run_json_format() -> None:
     obj = run_to_json(sample_run())
     assert set(obj) == {
-        "run_id", "set", "set_fingerprint", "created_at", "unit", "k", "params", "gate", "regressed", "cases",
+        "run_id", "set", "set_fingerprint", "created_at", "unit", "k", "params", "gate", "incident_outcomes", "cases",
     }  # fmt: skip
     assert obj["gate"] is None  # an ungated run
     gated = dataclasses.replace(sample_run(), gate={"verdict": "fail", "reasons": ["x"]})

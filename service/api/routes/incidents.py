@@ -108,6 +108,7 @@ def incident_json(i: Incident, *, detail: bool = False) -> dict[str, Any]:
         "labels": [label.to_json() for label in i.labels],
         "filters": dict(i.filters),
         "fresh_only": i.fresh_only,
+        "k": i.k,
         "reports": i.reports,
         "reporters": list(i.reporters),
         "created_at": i.created_at,

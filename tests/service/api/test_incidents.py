@@ -282,12 +282,23 @@ def test_an_accepted_incident_counts_in_the_next_run(client: TestClient) -> None
     assert (before["cases_total"], after["cases_total"]) == (1, 2)
     assert after["metrics"]["hit@1"] < before["metrics"]["hit@1"]  # it ranks below 1
     assert {g["name"]: g["cases"] for g in after["by_source"]}["incident"] == 1
-    assert after["incidents"] == {"cases": 1, "passed": 1, "failed": [], "regressed": []}
+    assert after["incidents"] == {"cases": 1, "passed": 1, "failed": [], "regressed": []}  # at rank 2 of 5
     case = next(c for c in after["cases"] if c["source"] == "incident")
     assert case["id"] == f"incident-{new}"
     assert client.get(f"/eval/incidents/{new}").json()["last_outcome"] == "passed"
     assert "incident-" in client.get("/eval/sets/mini?incidents=true").text
     assert "incident-" not in client.get("/eval/sets/mini").text
+
+
+def test_an_incident_passes_only_within_the_assistants_k(client: TestClient) -> None:
+    # the source ranks 2nd: within the run's k of 5, but the assistant that failed read only the first result
+    new = post(client, question="refund window annual plans", doc_id="billing/refunds", k=1).json()
+    assert (new["k"], new["triage"]["verdict"]) == (1, "ranked_low")
+    accept(client, new["incident_id"])
+    run = client.post("/eval/run", json={"set": "mini", "k": [1, 5]}).json()
+    assert run["incidents"] == {"cases": 1, "passed": 0, "failed": [f"incident-{new['incident_id']}"], "regressed": []}
+    case = next(c for c in run["cases"] if c["source"] == "incident")
+    assert (case["metrics"]["hit@5"], case["first_relevant_rank"]) == (1.0, 2)
 
 
 def test_new_incidents_count_when_the_setting_says_so(tmp_path: Path) -> None:

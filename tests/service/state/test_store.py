@@ -223,12 +223,20 @@ def test_outcomes_remember_the_first_passing_run(state: StateStore) -> None:
     b, _ = state.incidents.report(report("b"))
     state.incidents.record_outcomes("run1", {a.id: "passed", b.id: "failed"})
     state.incidents.record_outcomes("run2", {a.id: "passed", b.id: "passed"})
-    assert state.incidents.passed_before([a.id, b.id]) == {a.id, b.id}
+    assert state.incidents.outcome_inputs([a.id, b.id]) == {a.id: (True, None), b.id: (True, None)}
     assert state.incidents.get(a.id).first_passed_run == "run1"
     assert state.incidents.get(b.id).first_passed_run == "run2"
     state.incidents.record_outcomes("run3", {a.id: "regressed"})
     got = state.incidents.get(a.id)
     assert (got.first_passed_run, got.last_run, got.last_outcome) == ("run1", "run3", "regressed")
+
+
+def test_the_first_report_that_gives_k_sets_it(state: StateStore) -> None:
+    a, _ = state.incidents.report(report("a"))
+    assert a.k is None
+    assert state.incidents.report(report("a", k=5))[0].k == 5
+    assert state.incidents.report(report("a", k=3))[0].k == 5
+    assert state.incidents.outcome_inputs([a.id]) == {a.id: (False, 5)}
 
 
 def test_counts_and_sets_by_status(state: StateStore) -> None:

@@ -25,6 +25,7 @@ def upgrade() -> None:
         sa.Column("labels", sa.Text, nullable=False),
         sa.Column("filters", sa.Text, nullable=False),
         sa.Column("fresh_only", sa.Integer, nullable=False),
+        sa.Column("k", sa.Integer),
         sa.Column("reports", sa.Integer, nullable=False),
         sa.Column("created_at", sa.String(32), nullable=False),
         sa.Column("updated_at", sa.String(32), nullable=False),
