@@ -283,6 +283,7 @@ def _eval_in_process(
             reference=baseline,
             gate_config=config,
             timeout=None,
+            experiment=bool(overrides),
         )
     finally:
         runtime.close()

@@ -139,6 +139,7 @@ class EvalService:
         params_record: Mapping[str, Any],
         baseline: str | None,
         gate_config: GateConfig,
+        experiment: bool = False,
     ) -> Evaluation:
         """`evaluate_cases` on a stored set, gated against a stored baseline, both by name (the HTTP path)."""
         cases = self.cases(set_name)
@@ -154,6 +155,7 @@ class EvalService:
             reference=reference,
             gate_config=gate_config,
             timeout=self.timeout,
+            experiment=experiment,
         )
 
     def evaluate_cases(
@@ -169,9 +171,12 @@ class EvalService:
         reference: Run | None,
         gate_config: GateConfig,
         timeout: float | None,
+        experiment: bool = False,
     ) -> Evaluation:
         """The one orchestration of an eval run, for HTTP and the CLI alike: replay, gate, then store the run
-        with its verdict, and remember it for the gauges. `timeout` None: no time limit (the CLI's)."""
+        with its verdict, and remember it for the gauges. `timeout` None: no time limit (the CLI's). An
+        `experiment` (a run with overrides) reports its incident cases' outcomes but does not record them: only
+        runs of the served configuration decide that an incident passed, so that it can regress later."""
         gate_config.check_names(ks)
         retriever = PipelineRetriever(pipeline, base, self.parse_filters)
         if not self._slots.acquire(blocking=False):
@@ -195,7 +200,7 @@ class EvalService:
             run = replace(run, gate=gate_json(gate))  # kept with the run: the gauge survives a restart
         self.reserve_space(4096 * len(run.cases))
         self.runs.save(run)
-        if self.incidents is not None:
+        if self.incidents is not None and not experiment:
             self.incidents.records.record_outcomes(run.run_id, outcomes)
         evaluation = Evaluation(run, build_report(run), gate, tuple(unknown_documents(pipeline.store, cases)))
         with self._lock:

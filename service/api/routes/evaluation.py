@@ -52,6 +52,7 @@ def run_eval(body: EvalRunRequest, evals: EvalsDep, pipeline: PipelineDep, setti
         params_record=record,
         baseline=body.baseline,
         gate_config=config,
+        experiment=bool(body.overrides.model_dump(exclude_defaults=True)),
     )
     return {**report_json(ev.run, ev.report, ev.gate, cases=body.include_cases), "warnings": list(ev.warnings)}
 

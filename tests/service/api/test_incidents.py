@@ -333,6 +333,19 @@ def test_a_regressed_incident_fails_the_gate(client: TestClient) -> None:
     assert allowed["incidents"]["regressed"] == [f"incident-{new}"]
 
 
+def test_an_experiment_reports_incident_outcomes_without_recording_them(client: TestClient) -> None:
+    new = post(client, question="refund window annual plans", doc_id="billing/refunds", k=1).json()["incident_id"]
+    accept(client, new)
+    only_refunds = {"set": "mini", "k": [1], "overrides": {"filters": {"doc_ids": ["billing/refunds", "it/vpn"]}}}
+    experiment = client.post("/eval/run", json=only_refunds).json()
+    assert experiment["incidents"]["passed"] == 1  # with the FAQ filtered away it ranks first
+    assert client.get(f"/eval/incidents/{new}").json()["last_run"] is None
+    served = client.post("/eval/run", json={"set": "mini", "k": [1]}).json()
+    # failing in the served configuration is a failure, not a regression: it never passed there
+    assert served["incidents"] == {"cases": 1, "passed": 0, "failed": [f"incident-{new}"], "regressed": []}
+    assert client.get(f"/eval/incidents/{new}").json()["last_outcome"] == "failed"
+
+
 def test_export_then_load_gives_the_same_cases(client: TestClient) -> None:
     a = post(client, question="refund window", doc_id="billing/refunds", evidence="30 days").json()["incident_id"]
     b = post(client, question="leave weeks", doc_id="hr/leave", tenant="acme", category="hr").json()["incident_id"]
