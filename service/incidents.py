@@ -73,7 +73,7 @@ class IncidentService:
     def __init__(
         self,
         records: IncidentRecords,
-        parse_filters: Any,
+        parse_filters: Callable[[Mapping[str, Any]], FilterSpec],
         *,
         default_set: str = "incidents",
         count_new: bool = False,
@@ -100,7 +100,7 @@ class IncidentService:
         return Reported(replace(incident, triage=result.to_json()), merged, result)
 
     def _spec(self, new: NewReport) -> FilterSpec:
-        spec: FilterSpec = self.parse_filters(new.filters)
+        spec = self.parse_filters(new.filters)
         return replace(spec, tenant=new.tenant) if new.tenant else spec
 
     def _validated(self, r: IncidentReport, index: Index) -> tuple[NewReport, StoredDocument]:

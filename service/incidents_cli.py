@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -138,8 +139,6 @@ def _export(args: argparse.Namespace) -> int:
     with _client(args) as client:
         text = dump_jsonl(accepted_cases(client, args.set))
     if args.out:
-        from pathlib import Path
-
         write_atomic(Path(args.out), text)
     else:
         sys.stdout.write(text)

@@ -108,5 +108,10 @@ incident_events = Table(
 )
 
 
+def iso(moment: dt.datetime) -> str:
+    """The stored form of a time: UTC, microseconds, `Z` (comparable as text)."""
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def now_iso() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return iso(dt.datetime.now(dt.UTC))

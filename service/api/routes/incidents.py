@@ -17,6 +17,7 @@ from service.api.schemas import SearchOptions
 from service.errors import InvalidRequest
 from service.incidents import IncidentReport
 from service.state.incidents import Incident
+from service.state.schema import iso
 
 router = APIRouter(prefix="/eval/incidents", tags=["incidents"])
 MAX_ID = 2**31 - 1  # incident ids are 32-bit integers in the store
@@ -61,7 +62,7 @@ async def list_incidents(
         status=status,
         category=category,
         reporter=reporter,
-        since=since.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") if since else None,
+        since=iso(since) if since else None,
         set_name=set,
         tenant=tenant,
         before=before,
