@@ -25,6 +25,7 @@ from eval.report import mean_metrics
 from eval.storage import load_run, run_to_json
 from service.state import schema as t
 from service.state.schema import now_iso
+from service.state.tx import one_at_a_time
 
 if TYPE_CHECKING:
     from service.state.store import StateStore
@@ -39,6 +40,7 @@ def import_file_layout(state: StateStore, eval_dir: Path) -> dict[str, int] | No
         return None
     counts = {"sets": 0, "runs": 0, "baselines": 0, "history": 0}
     with state.engine.begin() as conn:
+        one_at_a_time(conn)
         if conn.scalar(select(t.meta.c.value).where(t.meta.c.key == MARKER)) is not None:
             return None  # another replica finished it first
         for path in _files(eval_dir / "sets", "*.jsonl"):

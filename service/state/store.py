@@ -30,11 +30,10 @@ from service.errors import InsufficientStorage, StoreUnavailable
 from service.state import schema as t
 from service.state.incidents import IncidentRecords
 from service.state.schema import now_iso
-from service.state.tx import writing
+from service.state.tx import one_at_a_time, writing
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 CONNECT_TIMEOUT = 10  # seconds: an unreachable PostgreSQL is an error, not a hang
-MIGRATION_LOCK = 7_263_001  # the PostgreSQL advisory lock id held while migrating
 
 
 def sqlite_url(path: Path) -> str:
@@ -113,8 +112,7 @@ class StateStore:
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS))
         with self.engine.begin() as conn:
-            if self.backend == "postgresql":
-                conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": MIGRATION_LOCK})
+            one_at_a_time(conn)
             config.attributes["connection"] = conn
             command.upgrade(config, revision)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, text
 
 from eval.faults import crash_point
 
@@ -20,3 +20,13 @@ def writing(engine: Engine) -> Iterator[Connection]:
     with engine.begin() as conn:
         yield conn
         crash_point("state:before-commit")
+
+
+STARTUP_LOCK = 7_263_001  # the PostgreSQL advisory lock id held by start-up work (migrating, importing)
+
+
+def one_at_a_time(conn: Connection) -> None:
+    """Hold the start-up lock until `conn`'s transaction ends, so replicas starting together take turns (SQLite
+    needs nothing: its write transactions take turns already)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": STARTUP_LOCK})

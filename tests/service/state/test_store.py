@@ -77,9 +77,11 @@ def test_upgrading_an_older_schema_keeps_its_rows(state_url: str) -> None:
     new.close()
 
 
-def test_replicas_starting_together_migrate_once(state_url: str) -> None:
-    with ThreadPoolExecutor(4) as pool:
-        stores = list(pool.map(lambda _: open_state(state_url), range(4)))
+def test_replicas_starting_together_migrate_and_import_once(state_url: str, tmp_path: Path) -> None:
+    (tmp_path / "eval" / "sets").mkdir(parents=True)
+    (tmp_path / "eval" / "sets" / "s.jsonl").write_text('{"id": "a", "question": "q", "relevant": [{"doc_id": "d"}]}\n')
+    with ThreadPoolExecutor(8) as pool:
+        stores = list(pool.map(lambda _: open_state(state_url, tmp_path / "eval"), range(8)))
     assert {s.revision() for s in stores} == {"0002"}
     for s in stores:
         s.close()
