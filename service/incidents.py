@@ -99,14 +99,18 @@ class IncidentService:
         self.records.set_triage(incident.id, result.to_json())
         return Reported(replace(incident, triage=result.to_json()), merged, result)
 
+    def _check_filters(self, raw: Mapping[str, Any]) -> None:
+        try:
+            self.parse_filters(raw)
+        except InvalidRequest as exc:
+            raise InvalidRequest(f"filters: {exc}") from None
+
     def _spec(self, new: NewReport) -> FilterSpec:
         spec = self.parse_filters(new.filters)
         return replace(spec, tenant=new.tenant) if new.tenant else spec
 
     def _validated(self, r: IncidentReport, index: Index) -> tuple[NewReport, StoredDocument]:
-        question = " ".join(r.question.split())
-        if not question_key(question):
-            raise InvalidRequest("question: it has no letters or digits; give the question the user asked")
+        question, key = _question(r.question)
         set_name = check_name(r.set or self.default_set, "set")
         filters = dict(r.filters or {})
         if "tenant" in filters:
@@ -115,16 +119,13 @@ class IncidentService:
             tenant = filters.pop("tenant")
         else:
             tenant = r.tenant
-        try:
-            self.parse_filters(filters)
-        except InvalidRequest as exc:
-            raise InvalidRequest(f"filters: {exc}") from None
+        self._check_filters(filters)
         label, stored = _source(r, tenant, index)
         new = NewReport(
             set_name=set_name,
             tenant=tenant,
             question=question,
-            question_key=question_key(question),
+            question_key=key,
             category=r.category.strip() or "uncategorized",
             label=label,
             filters=filters,
@@ -137,22 +138,17 @@ class IncidentService:
         return new, stored
 
     def review(self, incident_id: int, reviewer: str, changes: Mapping[str, Any], index: Index | None) -> Incident:
-        """Edit fields (question, category, labels, filters, note) and/or move the status (accepted, rejected,
+        """Edit fields (question, category, labels, filters) and/or move the status (accepted, rejected,
         new) with a reason; the reviewer and every change go to the incident's history."""
         current = self.records.get(incident_id)
         values: dict[str, Any] = {}
         if "question" in changes:
-            question = " ".join(str(changes["question"]).split())
-            if not question_key(question):
-                raise InvalidRequest("question: it has no letters or digits")
-            values.update(question=question, question_key=question_key(question))
+            question, key = _question(str(changes["question"]))
+            values.update(question=question, question_key=key)
         if "category" in changes:
             values["category"] = str(changes["category"]).strip() or "uncategorized"
         if "filters" in changes:
-            try:
-                self.parse_filters(changes["filters"])
-            except InvalidRequest as exc:
-                raise InvalidRequest(f"filters: {exc}") from None
+            self._check_filters(changes["filters"])
             values["filters"] = dict(changes["filters"])
         if "labels" in changes:
             labels: Sequence[Label] = changes["labels"]
@@ -184,6 +180,15 @@ class IncidentService:
             incident_case(i.id, i.question, i.labels, i.category, i.filters, i.tenant, i.created_at)
             for i in self.records.for_set(set_name, self.counted_statuses())
         ]
+
+
+def _question(text: str) -> tuple[str, str]:
+    """The question with its whitespace collapsed, and its key; a 422 if it has nothing to key on."""
+    question = " ".join(text.split())
+    key = question_key(question)
+    if not key:
+        raise InvalidRequest("question: it has no letters or digits; give the question the user asked")
+    return question, key
 
 
 def _most_specific(labels: Sequence[Label], reported: Label) -> Label:
