@@ -2,41 +2,53 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
-from service.api.schemas import FiltersIn, Text, _Strict
+from service.api.schemas import FiltersIn, _Strict, _valid_text
 
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _plain(value: str) -> str:
+    """Valid text without control characters (tab and line breaks allowed): PostgreSQL cannot store NUL at all."""
+    if CONTROL.search(_valid_text(value)):
+        raise ValueError("contains a control character (such as NUL): send plain text")
+    return value
+
+
+Plain = Annotated[str, AfterValidator(_plain)]
 Name = Field(min_length=1, max_length=200)
 
 
 class IncidentIn(_Strict):
     """A question the assistant answered wrongly, and the source that answers it."""
 
-    question: Text = Field(min_length=1, max_length=2000, description="the question as the user asked it")
-    doc_id: str | None = Field(None, max_length=1000, description="the document that answers it")
-    evidence: str | None = Field(
+    question: Plain = Field(min_length=1, max_length=2000, description="the question as the user asked it")
+    doc_id: Plain | None = Field(None, max_length=1000, description="the document that answers it")
+    evidence: Plain | None = Field(
         None, max_length=2000, description="the words in that document that answer it (survive re-chunking)"
     )
-    chunk_id: str | None = Field(None, max_length=1100, description="instead of doc_id: the chunk that answers it")
-    category: str = Field("uncategorized", max_length=200)
-    reporter: str = Name
-    answer: str | None = Field(None, max_length=20_000, description="the wrong answer the user got")
-    note: str | None = Field(None, max_length=20_000)
-    tenant: str | None = Field(None, max_length=200, description="the tenant the user searched in")
+    chunk_id: Plain | None = Field(None, max_length=1100, description="instead of doc_id: the chunk that answers it")
+    category: Plain = Field("uncategorized", max_length=200)
+    reporter: Plain = Name
+    answer: Plain | None = Field(None, max_length=20_000, description="the wrong answer the user got")
+    note: Plain | None = Field(None, max_length=20_000)
+    tenant: Plain | None = Field(None, max_length=200, description="the tenant the user searched in")
     filters: FiltersIn = Field(default_factory=FiltersIn, description="the /search filters the user had")
     fresh_only: bool = Field(True, description="whether the user's search had fresh_only on")
     k: int | None = Field(
         None, ge=1, le=100, description="how many results the assistant gave its model (default: the service's k)"
     )
-    set: str | None = Field(None, description="the labelled set it joins (default: the service's incident set)")
+    set: Plain | None = Field(None, description="the labelled set it joins (default: the service's incident set)")
 
 
 class LabelIn(_Strict):
-    doc_id: str | None = None
-    chunk_id: str | None = None
-    evidence: str | None = None
+    doc_id: Plain | None = None
+    chunk_id: Plain | None = None
+    evidence: Plain | None = None
     grade: int = Field(1, ge=0, le=100)
 
 
@@ -107,9 +119,9 @@ class IncidentPatch(_Strict):
     """Accept or reject (with a reason), reopen (status new), or edit fields."""
 
     status: Literal["new", "accepted", "rejected"] | None = None
-    reason: str | None = Field(None, max_length=20_000)
-    reviewer: str = Name
-    question: str | None = Field(None, min_length=1, max_length=2000)
-    category: str | None = Field(None, max_length=200)
+    reason: Plain | None = Field(None, max_length=20_000)
+    reviewer: Plain = Name
+    question: Plain | None = Field(None, min_length=1, max_length=2000)
+    category: Plain | None = Field(None, max_length=200)
     labels: list[LabelIn] | None = Field(None, min_length=1, max_length=50)
     filters: FiltersIn | None = None

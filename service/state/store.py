@@ -22,11 +22,11 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, ExceptionContext, create_engine, delete, event, func, insert, select, text, update
-from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.pool import StaticPool
 
 from eval.errors import AlreadyExists
-from service.errors import InsufficientStorage, StoreUnavailable
+from service.errors import InsufficientStorage, InvalidRequest, StoreUnavailable
 from service.state import schema as t
 from service.state.incidents import IncidentRecords
 from service.state.schema import now_iso
@@ -76,9 +76,9 @@ FULL = ("database or disk is full", "no space left on device", "disk full")
 
 
 def _translate(context: ExceptionContext) -> Exception | None:
-    """Database errors that are not the request's fault, as the service's own: a full disk is 507, anything else
-    the database raises about itself (unreachable, locked past the timeout, read-only) is 503. Constraint
-    violations stay as they are: callers turn those into 409s."""
+    """Database errors as the service's own: a full disk is 507, anything else the database raises about itself
+    (unreachable, locked past the timeout, read-only) 503, a value it cannot hold 422. Constraint violations stay
+    as they are: callers turn those into 409s."""
     error = context.sqlalchemy_exception
     if isinstance(error, IntegrityError) or not isinstance(error, DBAPIError):
         return None
@@ -89,6 +89,8 @@ def _translate(context: ExceptionContext) -> Exception | None:
         )
     if isinstance(error, OperationalError | InterfaceError) or context.is_disconnect:
         return StoreUnavailable(f"the state store is unavailable: {text}")
+    if isinstance(error, DataError):  # a value the database cannot hold (NUL in text, too long, out of range)
+        return InvalidRequest(f"the state store cannot hold a value of this request: {text.splitlines()[0]}")
     return None
 
 

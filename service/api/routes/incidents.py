@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, status
@@ -13,7 +12,7 @@ from eval.incidents import CASE_PREFIX
 from service.api.convert import to_params
 from service.api.deps import IncidentsDep, IndexDep, PipelineDep, SettingsDep
 from service.api.incident_schemas import IncidentCreated, IncidentIn, IncidentOut, IncidentPage, IncidentPatch
-from service.api.schemas import SearchOptions
+from service.api.schemas import SearchOptions, UtcDatetime
 from service.errors import InvalidRequest
 from service.incidents import IncidentReport
 from service.state.incidents import Incident
@@ -46,7 +45,9 @@ async def list_incidents(
     status: Annotated[str | None, Query(pattern="^(new|accepted|rejected)$")] = None,
     category: str | None = None,
     reporter: str | None = None,
-    since: Annotated[dt.datetime | None, Query(description="updated at or after (ISO 8601)")] = None,
+    since: Annotated[
+        UtcDatetime | None, Query(description="updated at or after (ISO 8601; a date is midnight UTC)")
+    ] = None,
     set: str | None = None,
     tenant: str | None = None,
     before: Annotated[
@@ -55,8 +56,6 @@ async def list_incidents(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> dict[str, Any]:
     """Incidents newest first, filtered, a page at a time."""
-    if since is not None and since.tzinfo is None:
-        raise InvalidRequest("since: add a timezone (Z or an offset)")
     found = await run_in_threadpool(
         incidents.records.search,
         status=status,

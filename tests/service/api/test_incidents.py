@@ -102,6 +102,8 @@ def test_bad_reports_get_a_4xx_naming_the_field(
 @pytest.mark.parametrize(
     "body",
     [
+        {"question": "x\x00y", "doc_id": "billing/refunds", "reporter": "ann"},  # PostgreSQL cannot store NUL
+        {"question": "x", "doc_id": "billing/refunds", "reporter": "ann", "note": "a\x07b"},
         {"question": "x", "doc_id": "billing/refunds"},  # no reporter
         {"question": "x", "doc_id": "billing/refunds", "reporter": "ann", "filters": {"tennant": "a"}},
         {"question": "", "doc_id": "billing/refunds", "reporter": "ann"},
@@ -266,6 +268,8 @@ def test_listing_pages_and_filters_by_reporter_and_time(client: TestClient) -> N
     assert [i["incident_id"] for i in client.get("/eval/incidents?reporter=zed").json()["incidents"]] == [ids[2]]
     assert client.get("/eval/incidents?since=2999-01-01T00:00:00Z").json()["incidents"] == []
     assert client.get("/eval/incidents?since=2999-01-01T00:00:00").status_code == 422
+    assert client.get("/eval/incidents?since=0001-01-01T00:00:00+14:00").status_code == 422  # not in UTC's range
+    assert len(client.get("/eval/incidents?since=2000-01-01").json()["incidents"]) == 5  # a date: midnight UTC
 
 
 def accept(client: TestClient, incident_id: int) -> None:
@@ -394,4 +398,7 @@ def test_replicas_sharing_a_postgresql_state_store_see_each_others_incidents(tmp
         assert 'plumbline_incidents{category="billing",status="accepted"} 1.0' in b.get("/metrics").text
         run = a.post("/eval/run", json={"set": "mini", "k": [1]}).json()
         assert [r["run_id"] for r in b.get("/eval/runs").json()] == [run["run_id"]]
+        nul = b.get("/eval/incidents", params={"reporter": "a\x00"})  # PostgreSQL cannot compare with NUL
+        assert nul.status_code == 422
+        assert "cannot hold a value" in nul.json()["detail"]
     assert not (tmp_path / "a" / "state.db").exists()
