@@ -137,14 +137,8 @@ class RunStore:
         return self.records
 
     def save(self, run: Run) -> None:
-        summary = {
-            "unit": run.unit,
-            "cases": len(run.cases),
-            "metrics": mean_metrics(run.cases),
-            "gate": run.gate.get("verdict") if run.gate else None,
-        }
         self._writable().save_run(
-            check_name(run.run_id, "run"), run.set_name, run.created_at, json.dumps(summary), dump_run(run)
+            check_name(run.run_id, "run"), run.set_name, run.created_at, dump_summary(run), dump_run(run)
         )
 
     def get(self, run_id: str) -> Run:
@@ -264,6 +258,17 @@ def run_from_json(obj: dict[str, Any]) -> Run:
         )
     except (KeyError, TypeError) as exc:
         raise EvalError(f"not a Plumbline run record: {exc}") from None
+
+
+def dump_summary(run: Run) -> str:
+    """What a listing shows of a run without reading its record: unit, case count, mean metrics, gate verdict."""
+    summary = {
+        "unit": run.unit,
+        "cases": len(run.cases),
+        "metrics": mean_metrics(run.cases),
+        "gate": run.gate.get("verdict") if run.gate else None,
+    }
+    return json.dumps(summary)
 
 
 def dump_run(run: Run) -> str:

@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, Table, insert, select
 
 from eval.cases import dump_jsonl, parse_jsonl
-from eval.report import mean_metrics
-from eval.storage import load_run, run_to_json
+from eval.storage import dump_run, dump_summary, load_run
 from service.state import schema as t
 from service.state.schema import now_iso
 from service.state.tx import one_at_a_time
@@ -48,13 +47,6 @@ def import_file_layout(state: StateStore, eval_dir: Path) -> dict[str, int] | No
             counts["sets"] += _add(conn, t.sets, "name", path.stem, body=dump_jsonl(cases), updated_at=now_iso())
         for path in _files(eval_dir / "runs", "*.json"):
             run = load_run(path)
-            summary = {
-                "unit": run.unit,
-                "cases": len(run.cases),
-                "metrics": mean_metrics(run.cases),
-                "gate": run.gate.get("verdict") if run.gate else None,
-            }
-            record = json.dumps(run_to_json(run), ensure_ascii=False)
             counts["runs"] += _add(
                 conn,
                 t.runs,
@@ -62,21 +54,21 @@ def import_file_layout(state: StateStore, eval_dir: Path) -> dict[str, int] | No
                 run.run_id,
                 set_name=run.set_name,
                 created_at=run.created_at,
-                summary=json.dumps(summary),
-                record=record,
+                summary=dump_summary(run),
+                record=dump_run(run),
             )
         for path in _files(eval_dir / "baselines", "*.json"):
             run = load_run(path)
-            record = json.dumps(run_to_json(run), ensure_ascii=False)
             counts["baselines"] += _add(
-                conn, t.baselines, "name", path.stem, run_id=run.run_id, record=record, promoted_at=now_iso()
+                conn, t.baselines, "name", path.stem, run_id=run.run_id, record=dump_run(run), promoted_at=now_iso()
             )
         for path in _files(eval_dir / "baselines" / "history", "*.json"):
             run = load_run(path)
             name = path.name.removesuffix(f".{run.run_id}.json")
-            record = json.dumps(run_to_json(run), ensure_ascii=False)
             conn.execute(
-                insert(t.baseline_history).values(name=name, run_id=run.run_id, record=record, replaced_at=now_iso())
+                insert(t.baseline_history).values(
+                    name=name, run_id=run.run_id, record=dump_run(run), replaced_at=now_iso()
+                )
             )
             counts["history"] += 1
         conn.execute(insert(t.meta).values(key=MARKER, value=json.dumps({"from": str(eval_dir), **counts})))

@@ -36,10 +36,6 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 CONNECT_TIMEOUT = 10  # seconds: an unreachable PostgreSQL is an error, not a hang
 
 
-def sqlite_url(path: Path) -> str:
-    return f"sqlite:///{path}"
-
-
 def _engine(url: str) -> Engine:
     if url.startswith(("postgres://", "postgresql://")):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
@@ -47,14 +43,20 @@ def _engine(url: str) -> Engine:
         engine = create_engine(
             url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args={"connect_timeout": CONNECT_TIMEOUT}
         )
-        event.listen(engine, "handle_error", _translate)
-        return engine
-    memory = url in ("sqlite://", "sqlite:///:memory:")
-    engine = create_engine(
-        url,
-        connect_args={"timeout": 30, "check_same_thread": False},
-        **({"poolclass": StaticPool} if memory else {}),
-    )
+    else:
+        memory = url in ("sqlite://", "sqlite:///:memory:")
+        engine = create_engine(
+            url,
+            connect_args={"timeout": 30, "check_same_thread": False},
+            **({"poolclass": StaticPool} if memory else {}),
+        )
+        _sqlite_transactions(engine)
+    event.listen(engine, "handle_error", _translate)
+    return engine
+
+
+def _sqlite_transactions(engine: Engine) -> None:
+    """WAL and synchronous=FULL on every connection, and transactions that take the write lock at once."""
 
     @event.listens_for(engine, "connect")
     def _configure(dbapi_connection: Any, _: Any) -> None:
@@ -67,9 +69,6 @@ def _engine(url: str) -> Engine:
     def _begin(connection: Any) -> None:
         # IMMEDIATE takes the write lock at the start: two writers never both read, then deadlock on upgrading.
         connection.exec_driver_sql("BEGIN IMMEDIATE")
-
-    event.listen(engine, "handle_error", _translate)
-    return engine
 
 
 FULL = ("database or disk is full", "no space left on device", "disk full")
