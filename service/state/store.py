@@ -16,6 +16,8 @@ Example:
 from __future__ import annotations
 
 import json
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,7 @@ from service.state.tx import one_at_a_time, writing
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 CONNECT_TIMEOUT = 10  # seconds: an unreachable PostgreSQL is an error, not a hang
+SQLITE_BUSY_TIMEOUT = 30  # seconds a SQLite writer waits for another to finish
 
 
 def _engine(url: str) -> Engine:
@@ -47,7 +50,7 @@ def _engine(url: str) -> Engine:
         memory = url in ("sqlite://", "sqlite:///:memory:")
         engine = create_engine(
             url,
-            connect_args={"timeout": 30, "check_same_thread": False},
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT, "check_same_thread": False},
             **({"poolclass": StaticPool} if memory else {}),
         )
         _sqlite_transactions(engine)
@@ -62,13 +65,28 @@ def _sqlite_transactions(engine: Engine) -> None:
     def _configure(dbapi_connection: Any, _: Any) -> None:
         # The driver's own transaction handling is off; `begin` below opens each transaction itself.
         dbapi_connection.isolation_level = None
-        for pragma in ("journal_mode=WAL", "synchronous=FULL", "foreign_keys=ON", "busy_timeout=30000"):
+        _switch_to_wal(dbapi_connection)
+        for pragma in ("synchronous=FULL", "foreign_keys=ON"):
             dbapi_connection.execute(f"PRAGMA {pragma}")
 
     @event.listens_for(engine, "begin")
     def _begin(connection: Any) -> None:
         # IMMEDIATE takes the write lock at the start: two writers never both read, then deadlock on upgrading.
         connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _switch_to_wal(dbapi_connection: Any) -> None:
+    """WAL mode, which persists in the file. Connections that race to switch a new file can be refused "database
+    is locked" at once, without SQLite waiting on its busy timeout (it would deadlock), so the switch is retried."""
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT
+    while True:
+        try:
+            dbapi_connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 FULL = ("database or disk is full", "no space left on device", "disk full")
