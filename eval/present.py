@@ -17,6 +17,7 @@ def _group(g: Group) -> dict[str, Any]:
 def report_json(run: Run, report: Report, gate: GateResult | None, *, cases: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = {
         "run_id": run.run_id,
+        "kind": run.kind,
         "set": run.set_name,
         "created_at": run.created_at,
         "unit": run.unit,
@@ -28,7 +29,8 @@ def report_json(run: Run, report: Report, gate: GateResult | None, *, cases: boo
         "by_category": [_group(g) for g in report.by_category],
         "by_source": [_group(g) for g in report.by_source],
         "diagnosis": [asdict(f) for f in report.diagnosis],
-        "gate": gate_json(gate) if gate else (dict(run.gate) if run.gate is not None else None),
+        # the verdict stored with the run names the baseline it was compared with
+        "gate": dict(run.gate) if run.gate is not None else (gate_json(gate) if gate else None),
         "incidents": incident_bucket(run),
     }
     if cases:

@@ -69,6 +69,11 @@ class CaseResult:
     retrieved: tuple[Retrieved, ...]
 
 
+# What a run was for. monitoring: the served configuration, scheduled or marked so; only these feed the gauges
+# and alerts. manual: the served configuration, run on demand. experiment: a run with overrides.
+KINDS = ("monitoring", "manual", "experiment")
+
+
 @dataclass(frozen=True)
 class Run:
     """A stored evaluation: the settings it ran with, every case's result, and the gate verdict if gated.
@@ -88,6 +93,7 @@ class Run:
     params: Mapping[str, Any]
     cases: tuple[CaseResult, ...]
     gate: Mapping[str, Any] | None = None  # the verdict against a baseline, when the run was gated
+    kind: str = "manual"  # one of KINDS
     # incident cases (eval.incidents): case id -> "passed", "failed" or "regressed" (failed, having passed before)
     incident_outcomes: Mapping[str, str] = field(default_factory=dict)
 
@@ -108,10 +114,12 @@ def run_set(
     params: Mapping[str, Any] | None = None,
     batch_size: int = 64,
     before_batch: Callable[[int, int], None] | None = None,
+    run_id: str | None = None,
 ) -> Run:
     """Evaluate every case. `depth` (default max k) is how many results to ask for; MRR uses them all.
     `before_batch(done, total)` is called before each batch of questions: it may report progress, or raise
-    to stop the run (a deadline)."""
+    to stop the run (a deadline, a cancel). `run_id` (default: a new one) lets a caller name the run before it
+    ends."""
     if not cases:
         raise EvalError("the set has no cases")
     if not ks or any(k < 1 or k > MAX_K for k in ks):
@@ -129,7 +137,7 @@ def run_set(
             raise EvalError(f"the retriever answered {len(ranked)} of {len(batch)} queries")
         results.extend(score_case(c, _cut(r, depth, unit), ks, unit) for c, r in zip(batch, ranked, strict=True))
     return Run(
-        run_id=new_run_id(),
+        run_id=run_id or new_run_id(),
         set_name=set_name,
         set_fingerprint=fingerprint(cases),
         created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),

@@ -66,10 +66,10 @@ class Records(Protocol):
     def get_set(self, name: str) -> str | None: ...
     def put_set(self, name: str, body: str) -> None: ...
     def set_names(self) -> list[str]: ...
-    def save_run(self, run_id: str, set_name: str, created_at: str, summary: str, record: str) -> None: ...
+    def save_run(self, run_id: str, set_name: str, created_at: str, summary: str, record: str, kind: str) -> None: ...
     def get_run(self, run_id: str) -> str | None: ...
-    def run_summaries(self, limit: int, offset: int, set_name: str | None) -> list[str]: ...
-    def latest_run_records(self) -> list[str]: ...
+    def run_summaries(self, limit: int, offset: int, set_name: str | None, kind: str | None) -> list[str]: ...
+    def latest_run_ids(self, kind: str) -> list[tuple[str, str]]: ...
     def get_baseline(self, name: str) -> str | None: ...
     def put_baseline(self, name: str, run_id: str, record: str, *, replace: bool) -> str | None: ...
 
@@ -121,6 +121,8 @@ class RunSummary:
     cases: int
     metrics: Mapping[str, float]
     gate: str | None  # "pass", "fail", or None when not gated
+    kind: str
+    params: Mapping[str, Any]
 
 
 class RunStore:
@@ -138,7 +140,7 @@ class RunStore:
 
     def save(self, run: Run) -> None:
         self._writable().save_run(
-            check_name(run.run_id, "run"), run.set_name, run.created_at, dump_summary(run), dump_run(run)
+            check_name(run.run_id, "run"), run.set_name, run.created_at, dump_summary(run), dump_run(run), run.kind
         )
 
     def get(self, run_id: str) -> Run:
@@ -147,21 +149,31 @@ class RunStore:
             raise UnknownName(f"no run with id {run_id!r}")
         return run_from_json(json.loads(record))
 
-    def summaries(self, limit: int = 100, offset: int = 0, set_name: str | None = None) -> list[RunSummary]:
-        """Runs newest first, without their cases."""
+    def summaries(
+        self, limit: int = 100, offset: int = 0, set_name: str | None = None, kind: str | None = None
+    ) -> list[RunSummary]:
+        """Runs newest first, without their cases; of one set and one kind if given."""
         out = []
-        for row in self._writable().run_summaries(limit, offset, set_name):
+        for row in self._writable().run_summaries(limit, offset, set_name, kind):
             obj = json.loads(row)
             out.append(
                 RunSummary(
-                    obj["run_id"], obj["set"], obj["created_at"], obj["unit"], obj["cases"], obj["metrics"], obj["gate"]
+                    obj["run_id"],
+                    obj["set"],
+                    obj["created_at"],
+                    obj["unit"],
+                    obj["cases"],
+                    obj["metrics"],
+                    obj["gate"],
+                    obj.get("kind", "manual"),  # summaries written before run kinds existed
+                    obj.get("params", {}),
                 )
             )
         return out
 
-    def latest(self) -> list[Run]:
-        """The newest run of each set."""
-        return [run_from_json(json.loads(r)) for r in self._writable().latest_run_records()]
+    def latest_ids(self, kind: str) -> dict[str, str]:
+        """The id of the newest run of `kind` of each set (run ids sort by time)."""
+        return dict(self._writable().latest_run_ids(kind))
 
     def promote(self, run_id: str, name: str, *, replace: bool = False) -> str | None:
         """Make a run the baseline `name`; the run id of the baseline it replaces, if any. An existing one
@@ -202,6 +214,7 @@ def run_to_json(run: Run) -> dict[str, Any]:
         "k": list(run.ks),
         "params": dict(run.params),
         "gate": dict(run.gate) if run.gate is not None else None,
+        "kind": run.kind,
         "incident_outcomes": dict(run.incident_outcomes),
         "cases": [
             {
@@ -240,6 +253,7 @@ def run_from_json(obj: dict[str, Any]) -> Run:
             ks=tuple(obj["k"]),
             params=obj.get("params", {}),
             gate=obj.get("gate"),
+            kind=obj.get("kind", "manual"),
             incident_outcomes=obj.get("incident_outcomes", {}),
             cases=tuple(
                 CaseResult(
@@ -261,12 +275,15 @@ def run_from_json(obj: dict[str, Any]) -> Run:
 
 
 def dump_summary(run: Run) -> str:
-    """What a listing shows of a run without reading its record: unit, case count, mean metrics, gate verdict."""
+    """What a listing shows of a run without reading its record: unit, case count, mean metrics, gate verdict,
+    kind, and the parameters it ran with (an experiment's overrides among them)."""
     summary = {
         "unit": run.unit,
         "cases": len(run.cases),
         "metrics": mean_metrics(run.cases),
         "gate": run.gate.get("verdict") if run.gate else None,
+        "kind": run.kind,
+        "params": dict(run.params),
     }
     return json.dumps(summary)
 

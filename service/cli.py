@@ -3,6 +3,7 @@
     plumbline serve [--data-dir D] [--host H] [--port P] [--ingest PATH ...]
     plumbline ingest PATH [--url U | --data-dir D]
     plumbline eval run [--url U | --data-dir D] --set S [--k 1 5 10] [--unit doc|chunk] [--baseline B] [--json]
+                       [--monitoring]   (with --url: the service runs it; this follows its progress)
     plumbline doctor [--data-dir D] [--repair]
     plumbline incidents post|list|review|export [--url U] ...   (see service.incidents_cli)
 
@@ -20,7 +21,9 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,7 @@ from eval.storage import dump_run, load_baseline, load_set, write_atomic
 from service.errors import PlumblineError
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_ERROR = 0, 1, 2, 3
+POLL_SECONDS = 2.0  # how often `eval run --monitoring --url` asks for the run's progress
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -90,6 +94,12 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=JSON",
         help="search option, e.g. mode='\"keyword\"' or alpha=0.3 (repeatable)",
+    )
+    run.add_argument(
+        "--monitoring",
+        action="store_true",
+        help="a monitoring run of the served configuration, which feeds the gauges and alerts; with --url the "
+        "service runs it (one replica at a time) while this shows its progress: a Kubernetes CronJob's command",
     )
     run.add_argument("--save-run", type=Path, help="also write the run record to this file")
     run.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -226,6 +236,10 @@ def _eval_run(args: argparse.Namespace) -> int:
         metrics=tuple(args.metrics), tolerance=args.tolerance, require_significance=args.require_significance
     )
     config.check_names(args.k)
+    if args.monitoring and (overrides or _is_file(args.set) or (args.baseline and _is_file(args.baseline))):
+        raise EvalError("--monitoring replays a stored set over the served configuration: no --override, no files")
+    if args.monitoring and args.url:
+        return _monitor_remote(args, config)
     if args.url:
         from eval.http import HttpRetriever
 
@@ -253,8 +267,9 @@ def _eval_in_process(
     """The service's own orchestration (`EvalService.evaluate_cases`): replay, gate, then store with the verdict."""
     from pydantic import ValidationError
 
-    from service.api.convert import run_params, to_params
+    from service.api.convert import run_spec
     from service.api.schemas import SearchOptions
+    from service.evaluation import Evaluation
     from service.runtime import Runtime
 
     settings = _settings(args)
@@ -265,29 +280,97 @@ def _eval_in_process(
     runtime = Runtime(settings, preload=tuple(args.ingest))
     runtime.warm_up()
     try:
-        if Path(args.set).suffix == ".jsonl":
-            set_name, cases = load_set(args.set)
-        else:
-            set_name, cases = args.set, runtime.evals.cases(args.set)
-        baseline = load_baseline(args.baseline, runtime.evals.runs) if args.baseline else None
-        pipeline = runtime.pipeline
-        base = to_params(options, settings, reranker_configured=pipeline.reranker is not None)
-        ev = runtime.evals.evaluate_cases(
-            pipeline,
-            base,
-            cases,
+        set_name = Path(args.set).stem if _is_file(args.set) else args.set
+        spec = run_spec(
+            options,
+            settings,
+            runtime.pipeline,
             set_name=set_name,
             ks=args.k,
             unit=args.unit,
-            params_record=run_params(base, options),
-            reference=baseline,
             gate_config=config,
-            timeout=None,
-            experiment=bool(overrides),
+            monitoring=args.monitoring,
+            baseline=args.baseline,
         )
+        with _progress_bar("eval") as bar:
+            if _is_file(args.set) or (args.baseline and _is_file(args.baseline)):
+                cases = load_set(args.set)[1] if _is_file(args.set) else runtime.evals.cases(args.set)
+                baseline = load_baseline(args.baseline, runtime.evals.runs) if args.baseline else None
+                ev: Evaluation | None = runtime.evals.evaluate_cases(spec, cases, baseline, timeout=None, progress=bar)
+            else:
+                ev = runtime.evals.evaluate(spec, limited=False, progress=bar)
     finally:
         runtime.close()
+    if ev is None:  # evaluate returns None only when asked to run just if due, which this never asks
+        raise PlumblineError("the run did not start")
     return ev.run, ev.gate, ev.warnings
+
+
+def _is_file(name: str) -> bool:
+    return Path(name).suffix in (".jsonl", ".json")
+
+
+@contextmanager
+def _progress_bar(what: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress callback (done, total): a bar on a terminal; elsewhere the service's periodic log lines do."""
+    if not sys.stderr.isatty():
+        yield lambda _done, _total: None
+        return
+    from tqdm import tqdm
+
+    with tqdm(unit="case", desc=what) as bar:
+
+        def update(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+        yield update
+
+
+def _monitor_remote(args: argparse.Namespace, config: GateConfig) -> int:
+    """Ask a running service for a monitoring run in the background, follow its progress, print its report."""
+    from eval.http import no_delay_client
+
+    url = args.url.rstrip("/")
+    body = {
+        "set": args.set,
+        "k": args.k,
+        "unit": args.unit,
+        "baseline": args.baseline,
+        "tolerance": config.tolerance,
+        "metrics": list(config.metrics),
+        "require_significance": config.require_significance,
+        "monitoring": True,
+        "async": True,
+    }
+    with no_delay_client(timeout=60) as client, _progress_bar("eval") as bar:
+        response = client.post(f"{url}/eval/run", json=body)
+        if response.status_code != 202:
+            raise PlumblineError(f"{url} answered {response.status_code}: {response.text[:500]}")
+        run_id = response.json()["run_id"]
+        logging.getLogger("plumbline").info("monitoring run %s started on %s", run_id, url)
+        last = -1
+        while True:
+            state = client.get(f"{url}/eval/runs/{run_id}").json()
+            if state.get("status") != "running":
+                break
+            done, total = state["progress"]["done"], state["progress"]["total"]
+            bar(done, total)
+            if done != last:
+                logging.getLogger("plumbline").info("monitoring run %s: %d/%d cases", run_id, done, total)
+                last = done
+            time.sleep(POLL_SECONDS)
+    if state.get("status") != "done":
+        raise PlumblineError(f"monitoring run {run_id} ended {state.get('status')}: {state.get('error')}")
+    gate = state.get("gate")
+    if args.json:
+        print(json.dumps(state, indent=1))
+    else:
+        print(f"run {run_id}  set {state['set']}  monitoring  cases {state['cases_total']}")
+        print("  ".join(f"{name} {value:.3f}" for name, value in sorted(state["metrics"].items())))
+        if gate is not None:
+            print(f"gate: {gate['verdict']}" + "".join(f"\n  {reason}" for reason in gate["reasons"]))
+    return EXIT_REGRESSION if gate is not None and gate["verdict"] == "fail" else EXIT_OK
 
 
 if __name__ == "__main__":

@@ -41,6 +41,14 @@ class Busy(PlumblineError):
     """Too many requests of one kind are in flight (HTTP 429 with Retry-After)."""
 
 
+class Conflict(PlumblineError):
+    """The request does not fit the resource's state: cancelling a run that is not running (HTTP 409)."""
+
+
+class Cancelled(PlumblineError):
+    """A run stopped because someone cancelled it (HTTP 409 if a caller waited on it)."""
+
+
 class TimedOut(PlumblineError):
     """A request ran past its time limit (HTTP 504); what it would have written was not written."""
 

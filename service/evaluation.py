@@ -6,9 +6,15 @@ behind `/search`; overrides are the same fields a `/search` request takes.
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
+import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,15 +29,17 @@ from eval.incidents import CASE_PREFIX, incident_id
 from eval.matching import Retrieved, Unit
 from eval.present import gate_json
 from eval.report import Report, build_report
-from eval.runner import Query, Run, run_set
+from eval.runner import Query, Run, new_run_id, run_set
 from eval.storage import RunStore, SetStore
-from service.errors import Busy, TimedOut
+from service.errors import Busy, Cancelled, Conflict, NotReady, TimedOut, public
 from service.filters import FilterSpec
 from service.incidents import IncidentService
 from service.payload import head_point_id
 from service.pipeline import SearchParams, SearchPipeline
+from service.state.jobs import Job, JobRecords, LeaseRecords
 from service.stores.base import VectorStore
 
+log = logging.getLogger("plumbline")
 FilterParser = Callable[[Mapping[str, Any]], FilterSpec]
 
 
@@ -98,12 +106,42 @@ def unknown_documents(store: VectorStore, cases: Sequence[Case]) -> list[str]:
     return [f"{len(bad)} case(s) name documents the index does not hold, so they can never pass: {shown}{more}"]
 
 
-class EvalService:
-    """Runs, stores and gates evaluations; remembers the latest per set for the Prometheus gauges.
+LEASE_SECONDS = 300.0  # a monitoring run renews its set's lease before every batch; a dead replica's expires
+PROGRESS_LOG_SECONDS = 10.0  # a run logs its progress this often
 
-    At most `max_concurrent` runs at once (another one is refused with `Busy` at once rather than queued:
-    a run holds a worker thread and the model for its whole length), each stopped with `TimedOut` between
-    two batches of questions once it has run `timeout` seconds.
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What to run besides the cases: the pipeline and its parameters, the set, and how to gate and file it.
+    `baseline` None on a monitoring run means the baseline named like the set, when there is one."""
+
+    pipeline: SearchPipeline
+    base: SearchParams
+    set_name: str
+    ks: Sequence[int]
+    unit: Unit
+    params_record: Mapping[str, Any]
+    gate_config: GateConfig
+    kind: str = "manual"  # eval.runner.KINDS
+    baseline: str | None = None
+
+
+@dataclass(frozen=True)
+class Monitored:
+    """A set's latest monitoring run as the gauges show it, and the baseline it was gated against."""
+
+    evaluation: Evaluation
+    baseline: Report | None
+
+
+class EvalService:
+    """Runs, stores and gates evaluations; runs them in the background with progress and cancel; keeps one
+    replica at a time on a set's monitoring run; and gives the gauges the latest monitoring run of each set.
+
+    At most `max_concurrent` runs at once in this process (another one is refused with `Busy` at once rather
+    than queued: a run holds a worker thread and the model for its whole length). A run a caller waits on is
+    stopped with `TimedOut` between two batches of questions once it has run `timeout` seconds; a background
+    run has no limit but can be cancelled.
     """
 
     def __init__(
@@ -112,6 +150,8 @@ class EvalService:
         runs: RunStore,
         parse_filters: FilterParser,
         *,
+        jobs: JobRecords | None = None,
+        leases: LeaseRecords | None = None,
         incidents: IncidentService | None = None,
         max_concurrent: int = 2,
         timeout: float = 600.0,
@@ -119,93 +159,241 @@ class EvalService:
     ) -> None:
         self.sets = sets
         self.runs = runs
+        self.jobs = jobs
+        self.leases = leases
         self.incidents = incidents
         self.reserve_space = reserve_space  # raises InsufficientStorage before a write the disk cannot take
         self.parse_filters = parse_filters
         self.max_concurrent = max_concurrent
         self.timeout = timeout
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"  # this process, in leases and jobs
         self._slots = threading.BoundedSemaphore(max_concurrent)
-        self._latest: dict[str, Evaluation] | None = None  # restored from disk on first use
+        self._monitored: dict[str, Monitored] = {}  # by set, for the gauges; reloaded when a newer run lands
         self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._stopping = threading.Event()
 
     def evaluate(
         self,
-        pipeline: SearchPipeline,
-        base: SearchParams,
+        spec: RunSpec,
         *,
-        set_name: str,
-        ks: Sequence[int],
-        unit: Unit,
-        params_record: Mapping[str, Any],
-        baseline: str | None,
-        gate_config: GateConfig,
-        experiment: bool = False,
-    ) -> Evaluation:
-        """`evaluate_cases` on a stored set, gated against a stored baseline, both by name (the HTTP path)."""
-        cases = self.cases(set_name)
-        reference = self.runs.baseline(baseline) if baseline else None  # fail fast, before the run
-        return self.evaluate_cases(
-            pipeline,
-            base,
-            cases,
-            set_name=set_name,
-            ks=ks,
-            unit=unit,
-            params_record=params_record,
-            reference=reference,
-            gate_config=gate_config,
-            timeout=self.timeout,
-            experiment=experiment,
-        )
+        if_older_than: float | None = None,
+        limited: bool = True,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Evaluation | None:
+        """Run a stored set, gated against a stored baseline, both by name, and wait for it (HTTP, the scheduler,
+        the CLI). `if_older_than` (seconds): run only if the set's latest monitoring run is older, checked under
+        the set's lease, so that replicas sharing a schedule run it once; None if it was not due. `limited`: stop
+        past the `timeout` (a caller waiting on HTTP). `progress(done, total)` is called before each batch."""
+        spec, cases, reference = self._prepare(spec)
+        with self._slot(), self._monitoring_lease(spec):
+            if if_older_than is not None and not self.monitoring_due(spec.set_name, if_older_than):
+                return None
+            deadline = self.timeout if limited else None
+            return self._execute(spec, cases, reference, run_id=new_run_id(), deadline=deadline, progress=progress)
+
+    def submit(self, spec: RunSpec) -> str:
+        """Start a run in the background and return its id at once; `job(id)` shows its progress, `cancel(id)`
+        stops it. Refused at once (`Busy`) when the run limit or the set's monitoring lease is taken."""
+        if self.jobs is None:
+            raise NotReady("background runs need the state store")
+        spec, cases, reference = self._prepare(spec)
+        run_id = new_run_id()
+        slot = self._slot()
+        lease = self._monitoring_lease(spec)
+        slot.__enter__()
+        try:
+            lease.__enter__()
+            self.jobs.start(run_id, spec.set_name, spec.kind, len(cases), self.owner)
+        except BaseException:
+            lease.__exit__(None, None, None)
+            slot.__exit__(None, None, None)
+            raise
+
+        def work() -> None:
+            try:
+                self._execute(spec, cases, reference, run_id=run_id, deadline=None)
+            except Exception as exc:  # the job records it; nobody waits on this thread
+                cancelled = isinstance(exc, Cancelled)
+                if not cancelled:
+                    log.exception("eval run %s failed", run_id)
+                self._finish_job(run_id, "cancelled" if cancelled else "failed", public(str(exc)))
+            finally:
+                lease.__exit__(None, None, None)
+                slot.__exit__(None, None, None)
+
+        thread = threading.Thread(target=work, name=f"plumbline-eval-{run_id}", daemon=True)
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+        return run_id
+
+    def job(self, run_id: str) -> Job | None:
+        return self.jobs.get(run_id) if self.jobs is not None else None
+
+    def cancel(self, run_id: str) -> None:
+        """Ask a background run to stop; it does before its next batch of questions (on whichever replica runs it)."""
+        if self.jobs is None or not self.jobs.cancel(run_id):
+            job = self.job(run_id)
+            if job is None:
+                self.runs.get(run_id)  # UnknownName (404) for an id nothing knows
+            raise Conflict(f"run {run_id} is not running ({job.status if job else 'done'}): there is nothing to cancel")
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for this process's background runs to end."""
+        for thread in list(self._threads):
+            thread.join(timeout)
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop this process's background runs at their next batch (their jobs read `cancelled`), and wait."""
+        self._stopping.set()
+        self.wait(timeout)
 
     def evaluate_cases(
         self,
-        pipeline: SearchPipeline,
-        base: SearchParams,
+        spec: RunSpec,
         cases: Sequence[Case],
-        *,
-        set_name: str,
-        ks: Sequence[int],
-        unit: Unit,
-        params_record: Mapping[str, Any],
         reference: Run | None,
-        gate_config: GateConfig,
+        *,
         timeout: float | None,
-        experiment: bool = False,
+        progress: Callable[[int, int], None] | None = None,
     ) -> Evaluation:
-        """The one orchestration of an eval run, for HTTP and the CLI alike: replay, gate, then store the run
-        with its verdict, and remember it for the gauges. `timeout` None: no time limit (the CLI's). An
-        `experiment` (a run with overrides) reports its incident cases' outcomes but does not record them: only
-        runs of the served configuration decide that an incident passed, so that it can regress later."""
-        gate_config.check_names(ks)
-        retriever = PipelineRetriever(pipeline, base, self.parse_filters)
+        """Run `cases` (the CLI's path, which may load them from a file), gated against `reference`, and wait.
+        `timeout` None: no time limit."""
+        spec.gate_config.check_names(spec.ks)
+        with self._slot(), self._monitoring_lease(spec):
+            return self._execute(spec, cases, reference, run_id=new_run_id(), deadline=timeout, progress=progress)
+
+    def _prepare(self, spec: RunSpec) -> tuple[RunSpec, list[Case], Run | None]:
+        """The set's cases and the baseline to gate against (a monitoring run's default: the one named like the
+        set, if any), loaded before the run so that a bad name fails fast."""
+        spec.gate_config.check_names(spec.ks)
+        cases = self.cases(spec.set_name)
+        if spec.baseline is None and spec.kind == "monitoring":
+            with suppress(UnknownName):
+                return replace(spec, baseline=spec.set_name), cases, self.runs.baseline(spec.set_name)
+        return spec, cases, self.runs.baseline(spec.baseline) if spec.baseline else None
+
+    @contextmanager
+    def _slot(self) -> Iterator[None]:
         if not self._slots.acquire(blocking=False):
             raise Busy(f"{self.max_concurrent} evaluation run(s) are already in progress, the limit; retry later")
         try:
-            run = run_set(
-                cases,
-                retriever,
-                set_name=set_name,
-                ks=ks,
-                unit=unit,
-                params=params_record,
-                before_batch=None if timeout is None else self._deadline(time.monotonic() + timeout),
-            )
+            yield
         finally:
             self._slots.release()
+
+    @contextmanager
+    def _monitoring_lease(self, spec: RunSpec) -> Iterator[None]:
+        """For a monitoring run, hold the set's lease (one replica at a time; `Busy` if another holds it)."""
+        if spec.kind != "monitoring" or self.leases is None:
+            yield
+            return
+        name = f"monitoring:{spec.set_name}"
+        if not self.leases.acquire(name, self.owner, LEASE_SECONDS):
+            raise Busy(
+                f"a monitoring run of set {spec.set_name!r} is already in progress "
+                f"({self.leases.holder(name) or 'another replica'}); it will refresh the gauges when it ends"
+            )
+        try:
+            yield
+        finally:
+            self.leases.release(name, self.owner)
+
+    def monitoring_due(self, set_name: str, interval: float) -> bool:
+        """True if the set has no monitoring run, or its latest started over `interval` seconds ago."""
+        latest = self.runs.latest_ids("monitoring").get(set_name)
+        if latest is None:
+            return True
+        started = dt.datetime.strptime(latest.split("-")[0], "%Y%m%dT%H%M%S%f").replace(tzinfo=dt.UTC)
+        return (dt.datetime.now(dt.UTC) - started).total_seconds() >= interval
+
+    def _execute(
+        self,
+        spec: RunSpec,
+        cases: Sequence[Case],
+        reference: Run | None,
+        *,
+        run_id: str,
+        deadline: float | None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Evaluation:
+        """The one orchestration of an eval run: replay (reporting progress, renewing the lease, honouring a
+        deadline or a cancel), gate, store the run with its verdict, record its incident outcomes. Only runs
+        of the served configuration (not experiments) decide that an incident passed, so that it can regress."""
+        retriever = PipelineRetriever(spec.pipeline, spec.base, self.parse_filters)
+        run = run_set(
+            cases,
+            retriever,
+            set_name=spec.set_name,
+            ks=spec.ks,
+            unit=spec.unit,
+            params=spec.params_record,
+            before_batch=self._progress(spec, run_id, deadline, progress),
+            run_id=run_id,
+        )
+        run = replace(run, kind=spec.kind)
         outcomes = self._incident_outcomes(run)
         run = replace(run, incident_outcomes={f"{CASE_PREFIX}{i}": outcome for i, outcome in outcomes.items()})
-        gate = compare(run, reference, gate_config) if reference else None
+        gate = compare(run, reference, spec.gate_config) if reference else None
         if gate is not None:
-            run = replace(run, gate=gate_json(gate))  # kept with the run: the gauge survives a restart
+            baseline = {"name": spec.baseline, "run_id": reference.run_id if reference else None}
+            run = replace(run, gate={**gate_json(gate), "baseline": baseline})
         self.reserve_space(4096 * len(run.cases))
         self.runs.save(run)
-        if self.incidents is not None and not experiment:
+        if self.incidents is not None and spec.kind != "experiment":
             self.incidents.records.record_outcomes(run.run_id, outcomes)
-        evaluation = Evaluation(run, build_report(run), gate, tuple(unknown_documents(pipeline.store, cases)))
-        with self._lock:
-            self._restore()[set_name] = evaluation
-        return evaluation
+        if self.jobs is not None and self.jobs.get(run_id) is not None:
+            self._finish_job(run_id, "done")
+        log.info(
+            "eval run %s (%s, set %s) finished: %d cases, gate %s",
+            run_id,
+            spec.kind,
+            spec.set_name,
+            len(run.cases),
+            run.gate["verdict"] if run.gate else "none",
+        )
+        return Evaluation(run, build_report(run), gate, tuple(unknown_documents(spec.pipeline.store, cases)))
+
+    def _progress(
+        self, spec: RunSpec, run_id: str, deadline: float | None, report: Callable[[int, int], None] | None
+    ) -> Callable[[int, int], None]:
+        """Before each batch: stop past the deadline; for a background run, record progress and stop if cancelled;
+        for a monitoring run, renew the lease; log the progress every PROGRESS_LOG_SECONDS."""
+        start = time.monotonic()
+        last_log = start
+        tracked = self.jobs is not None and self.jobs.get(run_id) is not None
+
+        def check(done: int, total: int) -> None:
+            nonlocal last_log
+            now = time.monotonic()
+            if deadline is not None and now - start > deadline:
+                raise TimedOut(
+                    f"the evaluation stopped after {done} of {total} cases: it ran past its limit of {deadline:g} "
+                    's (PLUMBLINE_EVAL_TIMEOUT_SECONDS); evaluate a smaller set, run it with "async": true, or use '
+                    "`plumbline eval run`"
+                )
+            if tracked and self.jobs is not None and self.jobs.progress(run_id, done):
+                raise Cancelled(f"run {run_id} was cancelled after {done} of {total} cases")
+            if self._stopping.is_set():
+                raise Cancelled(f"run {run_id} stopped after {done} of {total} cases: the service is shutting down")
+            if spec.kind == "monitoring" and self.leases is not None:
+                self.leases.acquire(f"monitoring:{spec.set_name}", self.owner, LEASE_SECONDS)
+            if report is not None:
+                report(done, total)
+            if now - last_log >= PROGRESS_LOG_SECONDS:
+                last_log = now
+                rate = done / (now - start)
+                log.info("eval run %s: %d/%d cases (%.1f cases/s)", run_id, done, total, rate)
+
+        return check
+
+    def _finish_job(self, run_id: str, status: str, error: str | None = None) -> None:
+        if self.jobs is None:
+            return
+        try:
+            self.jobs.finish(run_id, status, error)
+        except Exception:  # the store is down: the job reads as lost once its heartbeat is old
+            log.exception("could not record the end of eval run %s", run_id)
 
     def cases(self, set_name: str) -> list[Case]:
         """A set as a run sees it: its stored or packaged cases, then the cases of its counted incidents (an
@@ -248,16 +436,6 @@ class EvalService:
                 out[i] = "regressed" if passed_before else "failed"
         return out
 
-    def _deadline(self, at: float) -> Callable[[int, int], None]:
-        def check(done: int, total: int) -> None:
-            if time.monotonic() > at:
-                raise TimedOut(
-                    f"the evaluation stopped after {done} of {total} cases: it ran past its limit of {self.timeout:g} "
-                    "s (PLUMBLINE_EVAL_TIMEOUT_SECONDS); evaluate a smaller set, or use `plumbline eval run`"
-                )
-
-        return check
-
     def put_set(self, name: str, text: str) -> list[Case]:
         """Replace a labelled set; every case's filters must be ones /search accepts (else 422, by line)."""
         self.reserve_space(2 * len(text.encode()))
@@ -265,49 +443,92 @@ class EvalService:
         crash_point("set:written")
         return cases
 
-    def latest(self) -> dict[str, Evaluation]:
+    def monitored(self) -> dict[str, Monitored]:
+        """The latest monitoring run of each set, from the state store, so that every replica shows the same.
+        A run's record is read once, when it becomes the latest; a scrape otherwise costs one small query."""
+        latest = self.runs.latest_ids("monitoring")
         with self._lock:
-            return dict(self._restore())
+            for set_name, run_id in latest.items():
+                if set_name not in self._monitored or self._monitored[set_name].evaluation.run.run_id != run_id:
+                    self._monitored[set_name] = self._load_monitored(run_id)
+            for gone in set(self._monitored) - set(latest):
+                del self._monitored[gone]
+            return dict(self._monitored)
 
-    def _restore(self) -> dict[str, Evaluation]:
-        if self._latest is None:
-            self._latest = {}
-            for run in self.runs.latest():
-                self._latest[run.set_name] = Evaluation(run, build_report(run), None)
-        return self._latest
+    def _load_monitored(self, run_id: str) -> Monitored:
+        run = self.runs.get(run_id)
+        named = (run.gate or {}).get("baseline") or {}
+        reference = None
+        if named.get("name"):
+            with suppress(UnknownName):  # the baseline as it is now, if it is still the one the run was gated against
+                reference = self.runs.baseline(named["name"])
+            if reference is None or reference.run_id != named.get("run_id"):
+                reference = None
+                with suppress(UnknownName):  # replaced since: the run it was, if that run is stored
+                    reference = self.runs.get(named["run_id"])
+        return Monitored(Evaluation(run, build_report(run), None), build_report(reference) if reference else None)
 
 
 class EvalGaugeCollector(Collector):
-    """`plumbline_eval_*` gauges from the latest run of each set, read at scrape time."""
+    """`plumbline_eval_*` gauges from the latest monitoring run of each set in the state store (so every replica
+    shows the same values), and the baseline it was gated against, read at scrape time. Experiments and manual
+    runs never show here. `intervals`: the scheduled sets' intervals, for the overdue alert."""
 
-    def __init__(self, service: Callable[[], EvalService | None]) -> None:
+    def __init__(self, service: Callable[[], EvalService | None], intervals: Mapping[str, float]) -> None:
         self._service = service  # None until the service has started
+        self._intervals = intervals
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         score = GaugeMetricFamily(
             "plumbline_eval_metric",
-            "Latest evaluation score (0..1) by labelled set, metric, k and category ('all' for the mean).",
+            "Latest monitoring run's score (0..1) by labelled set, metric, k and category ('all' for the mean).",
             labels=["set", "metric", "k", "category"],
         )
-        cases = GaugeMetricFamily("plumbline_eval_cases", "Cases in the latest run.", labels=["set", "category"])
+        reference = GaugeMetricFamily(
+            "plumbline_eval_baseline_metric",
+            "The same scores of the baseline the latest monitoring run was gated against.",
+            labels=["set", "metric", "k", "category"],
+        )
+        cases = GaugeMetricFamily(
+            "plumbline_eval_cases", "Cases in the latest monitoring run.", labels=["set", "category"]
+        )
         passed = GaugeMetricFamily(
-            "plumbline_eval_gate_passed", "1 if the latest gated run passed, 0 if it failed.", labels=["set"]
+            "plumbline_eval_gate_passed", "1 if the latest monitoring run passed its gate, 0 if not.", labels=["set"]
         )
         when = GaugeMetricFamily(
-            "plumbline_eval_last_run_timestamp_seconds", "When the latest run finished (Unix time).", labels=["set"]
+            "plumbline_eval_last_run_timestamp_seconds",
+            "When the latest monitoring run finished (Unix time).",
+            labels=["set"],
         )
+        interval = GaugeMetricFamily(
+            "plumbline_eval_schedule_interval_seconds",
+            "How often a set's monitoring run is scheduled (PLUMBLINE_EVAL_SCHEDULE).",
+            labels=["set"],
+        )
+        for set_name, seconds in sorted(self._intervals.items()):
+            interval.add_metric([set_name], seconds)
         service = self._service()
-        for set_name, ev in sorted(service.latest().items() if service is not None else ()):
-            for group in (ev.report.overall, *ev.report.by_category):
-                category = "all" if group is ev.report.overall else group.name
-                cases.add_metric([set_name, category], group.cases)
-                for name, value in group.metrics.items():
-                    metric, _, k = name.partition("@")
-                    score.add_metric([set_name, metric, k or "all", category], value)
+        for set_name, m in sorted(service.monitored().items() if service is not None else ()):
+            ev = m.evaluation
+            _add_scores(score, set_name, ev.report, cases)
+            if m.baseline is not None:
+                _add_scores(reference, set_name, m.baseline)
             if ev.run.gate is not None:
                 passed.add_metric([set_name], 1.0 if ev.run.gate["verdict"] == "pass" else 0.0)
             when.add_metric([set_name], _timestamp(ev.run.created_at))
-        yield from (score, cases, passed, when)
+        yield from (score, reference, cases, passed, when, interval)
+
+
+def _add_scores(
+    family: GaugeMetricFamily, set_name: str, report: Report, cases: GaugeMetricFamily | None = None
+) -> None:
+    for group in (report.overall, *report.by_category):
+        category = "all" if group is report.overall else group.name
+        if cases is not None:
+            cases.add_metric([set_name, category], group.cases)
+        for name, value in group.metrics.items():
+            metric, _, k = name.partition("@")
+            family.add_metric([set_name, metric, k or "all", category], value)
 
 
 def _timestamp(iso: str) -> float:

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from eval.storage import RunStore, SetStore
-from service.api.convert import parse_filters
+from service.api.convert import parse_filters, run_spec
+from service.api.schemas import SearchOptions
 from service.chunking import Chunker, ChunkerConfig
 from service.datadir import DataDirLock
 from service.embedding import Embedder, SentenceTransformerEmbedder
@@ -31,6 +32,7 @@ from service.loaders import iter_documents
 from service.observability import ServiceMetrics
 from service.pipeline import Limits, SearchPipeline
 from service.rerank import CrossEncoderReranker, Reranker
+from service.schedule import Scheduler
 from service.settings import Settings
 from service.sparse import Bm25Params
 from service.state import StateStore, open_state
@@ -107,6 +109,7 @@ class Runtime:
         self._pipeline: SearchPipeline | None = None
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
+        self.scheduler = Scheduler(settings.eval_schedule, self._monitor)
 
     @property
     def ready(self) -> bool:
@@ -157,6 +160,11 @@ class Runtime:
         """The state store once opened (for collectors that read it at scrape time), else None."""
         return self._state
 
+    def _monitor(self, set_name: str, interval: float) -> bool:
+        """The scheduler's run: set `set_name` over the served configuration, if due; True if it ran."""
+        spec = run_spec(SearchOptions(), self.settings, self.pipeline, set_name=set_name, monitoring=True)
+        return self.evals.evaluate(spec, if_older_than=interval) is not None
+
     def _open_state(self) -> None:
         """Open and migrate the state store (importing a file-layout data directory once) and build the services
         that keep their records there."""
@@ -169,6 +177,8 @@ class Runtime:
             SetStore(self._state),
             RunStore(self._state),
             parse_filters,
+            jobs=self._state.jobs,
+            leases=self._state.leases,
             incidents=self._incidents,
             max_concurrent=s.max_concurrent_evals,
             timeout=s.eval_timeout_seconds,
@@ -266,8 +276,12 @@ class Runtime:
         log.info("ready: %d documents, %d chunks", index.documents(), index.chunks())
         if self.metrics:
             self.metrics.ready.set(1)
+        self.scheduler.start()
 
     def close(self) -> None:
+        self.scheduler.stop()
+        if self._evals is not None:
+            self._evals.shutdown()
         self._ready.clear()
         if self.metrics:
             self.metrics.ready.set(0)

@@ -102,12 +102,24 @@ class Settings(BaseSettings):
         True, description="a gated run fails when an accepted incident that passed before fails now"
     )
 
+    # monitoring
+    eval_schedule: dict[str, float] = Field(
+        default_factory=dict,
+        description='labelled set -> seconds between its monitoring runs, e.g. {"handbook": 3600} (JSON in '
+        "PLUMBLINE_EVAL_SCHEDULE); one replica at a time runs each, gated against the baseline named like the set",
+    )
+    log_format: Literal["json", "text"] = Field(
+        "json", description="json: one JSON object per line (for log collectors); text: for a terminal"
+    )
+
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
         if self.chunk_overlap >= self.chunk_size // 2:
             raise ValueError("chunk_overlap must be under half of chunk_size")
         if self.backend == "qdrant" and not self.qdrant_url:
             raise ValueError("backend 'qdrant' needs qdrant_url (PLUMBLINE_QDRANT_URL)")
+        if any(seconds < 1 for seconds in self.eval_schedule.values()):
+            raise ValueError("eval_schedule intervals are seconds, at least 1")
         if (
             self.default_k > self.max_k
             or self.default_candidates > self.max_candidates

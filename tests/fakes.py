@@ -106,6 +106,7 @@ class FakeRecords:
     def __init__(self) -> None:
         self.sets: dict[str, str] = {}
         self.runs: dict[str, tuple[str, str, str, str]] = {}  # run id -> (set, created_at, summary, record)
+        self.kinds: dict[str, str] = {}  # run id -> kind
         self.baselines: dict[str, tuple[str, str]] = {}  # name -> (run id, record)
         self.history: list[tuple[str, str, str]] = []  # (name, run id, record)
 
@@ -118,27 +119,31 @@ class FakeRecords:
     def set_names(self) -> list[str]:
         return sorted(self.sets)
 
-    def save_run(self, run_id: str, set_name: str, created_at: str, summary: str, record: str) -> None:
+    def save_run(self, run_id: str, set_name: str, created_at: str, summary: str, record: str, kind: str) -> None:
         self.runs[run_id] = (set_name, created_at, summary, record)
+        self.kinds[run_id] = kind
 
     def get_run(self, run_id: str) -> str | None:
         return self.runs[run_id][3] if run_id in self.runs else None
 
-    def run_summaries(self, limit: int, offset: int, set_name: str | None) -> list[str]:
+    def run_summaries(self, limit: int, offset: int, set_name: str | None, kind: str | None) -> list[str]:
         import json
 
-        ids = sorted((r for r, v in self.runs.items() if set_name in (None, v[0])), reverse=True)[offset:][:limit]
+        ids = sorted(
+            (r for r, v in self.runs.items() if set_name in (None, v[0]) and kind in (None, self.kinds[r])),
+            reverse=True,
+        )[offset:][:limit]
         out = []
         for r in ids:
             set_of, created_at, summary, _ = self.runs[r]
             out.append(json.dumps({"run_id": r, "set": set_of, "created_at": created_at, **json.loads(summary)}))
         return out
 
-    def latest_run_records(self) -> list[str]:
+    def latest_run_ids(self, kind: str) -> list[tuple[str, str]]:
         newest: dict[str, str] = {}
-        for run_id in sorted(self.runs):
+        for run_id in sorted(r for r in self.runs if self.kinds[r] == kind):
             newest[self.runs[run_id][0]] = run_id
-        return [self.runs[r][3] for r in newest.values()]
+        return sorted(newest.items())
 
     def get_baseline(self, name: str) -> str | None:
         return self.baselines[name][1] if name in self.baselines else None

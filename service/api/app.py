@@ -39,7 +39,7 @@ def create_app(
     metrics = ServiceMetrics(registry)
     runtime = Runtime(settings, components, metrics, preload)
     registry.register(IndexSizeCollector(lambda: _counts(runtime)))
-    registry.register(EvalGaugeCollector(lambda: runtime.evals if runtime.ready else None))
+    registry.register(EvalGaugeCollector(lambda: runtime.evals if runtime.ready else None, settings.eval_schedule))
     registry.register(IncidentGaugeCollector(lambda: runtime.state))
 
     @asynccontextmanager

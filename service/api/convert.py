@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
 from pydantic import ValidationError
 
+from eval.gate import GateConfig
+from eval.matching import Unit
 from service.api.schemas import DocumentIn, FiltersIn, SearchOptions
 from service.domain import Document
 from service.errors import InvalidRequest
+from service.evaluation import RunSpec
 from service.filters import FilterSpec, parse_metadata_filters
-from service.pipeline import SearchParams
+from service.pipeline import SearchParams, SearchPipeline
 from service.settings import Settings
 
 
@@ -75,8 +78,44 @@ def parse_filters(raw: Mapping[str, Any]) -> FilterSpec:
 
 
 def run_params(params: SearchParams, options: SearchOptions) -> dict[str, Any]:
-    """The search parameters an eval run records (per-query fields left out)."""
+    """The search parameters an eval run records (per-query fields left out), and the overrides asked for."""
     out = describe(params, options)
     for per_query in ("k", "explain", "distinct_docs"):
         del out[per_query]
+    overrides = options.model_dump(mode="json", exclude_defaults=True)
+    if overrides:
+        out["overrides"] = overrides
     return out
+
+
+def run_spec(
+    options: SearchOptions,
+    s: Settings,
+    pipeline: SearchPipeline,
+    *,
+    set_name: str,
+    ks: Sequence[int] = (1, 5, 10),
+    unit: Unit = "chunk",
+    gate_config: GateConfig | None = None,
+    monitoring: bool = False,
+    baseline: str | None = None,
+) -> RunSpec:
+    """An eval run of `set_name` with `options` over the served configuration: an experiment when it overrides
+    anything, else a monitoring run if asked, else a manual one."""
+    overrides = bool(options.model_dump(exclude_defaults=True))
+    if overrides and monitoring:
+        raise InvalidRequest(
+            "a monitoring run replays the served configuration: drop `overrides`, or run it as an experiment"
+        )
+    base = to_params(options, s, reranker_configured=pipeline.reranker is not None)
+    return RunSpec(
+        pipeline,
+        base,
+        set_name,
+        tuple(ks),
+        unit,
+        run_params(base, options),
+        gate_config or GateConfig(fail_on_regressed=s.fail_on_regressed_incidents),
+        kind="experiment" if overrides else ("monitoring" if monitoring else "manual"),
+        baseline=baseline,
+    )

@@ -14,6 +14,8 @@ from starlette.exceptions import HTTPException
 from eval.errors import AlreadyExists, EvalError, UnknownName
 from service.errors import (
     Busy,
+    Cancelled,
+    Conflict,
     IndexMismatch,
     InsufficientStorage,
     InvalidRequest,
@@ -41,6 +43,8 @@ STATUS: list[tuple[type[Exception], int]] = [
     (InsufficientStorage, 507),
     (TimedOut, 504),
     (IndexMismatch, 409),
+    (Conflict, 409),
+    (Cancelled, 409),
     (PlumblineError, 500),
 ]
 RETRY_AFTER = {429: "10", 503: "5"}

@@ -266,6 +266,16 @@ class EvalRunRequest(_Strict):
         None, description="fail the gate when an incident case regressed (default: the service's setting)"
     )
     include_cases: bool = True
+    monitoring: bool = Field(
+        False,
+        description="a monitoring run of the served configuration (no overrides): it feeds the Prometheus gauges "
+        "and alerts, one replica at a time, gated against the baseline named like the set unless `baseline` says",
+    )
+    run_async: bool = Field(
+        False,
+        alias="async",
+        description="answer 202 with the run id at once; GET /eval/runs/{id} shows progress, then the report",
+    )
 
 
 class GroupOut(BaseModel):
@@ -298,7 +308,13 @@ class CaseChangeOut(BaseModel):
     current: float
 
 
+class BaselineRefOut(BaseModel):
+    name: str | None
+    run_id: str | None
+
+
 class GateOut(BaseModel):
+    baseline: BaselineRefOut | None = Field(None, description="the baseline this run was compared with")
     verdict: Literal["pass", "fail"]
     reasons: list[str]
     warnings: list[str]
@@ -336,6 +352,8 @@ class EvalReportOut(BaseModel):
     gate verdict (null without a baseline) and, unless left out, every case."""
 
     run_id: str
+    status: Literal["done"] = "done"
+    kind: Literal["monitoring", "manual", "experiment"]
     set: str
     created_at: str
     unit: str
@@ -373,11 +391,35 @@ class SetSummary(BaseModel):
     warnings: list[str] = Field(default_factory=list, description="e.g. cases naming documents not in the index")
 
 
+class ProgressOut(BaseModel):
+    done: int = Field(description="cases replayed so far")
+    total: int
+
+
+class EvalJobOut(BaseModel):
+    """A run that has not finished (or ended without a report): where it stands."""
+
+    run_id: str
+    status: Literal["running", "failed", "cancelled", "lost"] = Field(
+        description="lost: the replica running it stopped answering (its heartbeat is older than two minutes)"
+    )
+    kind: Literal["monitoring", "manual", "experiment"]
+    set: str
+    progress: ProgressOut
+    cancel_requested: bool
+    error: str | None
+    started_at: str
+    heartbeat_at: str
+    finished_at: str | None
+
+
 class RunSummary(BaseModel):
     run_id: str
+    kind: Literal["monitoring", "manual", "experiment"]
     set: str
     created_at: str
     unit: str
     cases: int
     metrics: dict[str, float]
     gate: Literal["pass", "fail"] | None = Field(None, description="the gate's verdict, null when not gated")
+    overrides: dict[str, Any] = Field(default_factory=dict, description="an experiment's overrides")

@@ -13,14 +13,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, exists, func, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
 from eval.cases import Label
 from eval.errors import AlreadyExists, UnknownName
 from service.state import schema as t
 from service.state.schema import now_iso
-from service.state.tx import writing
+from service.state.tx import upsert, writing
 
 
 @dataclass(frozen=True)
@@ -88,10 +87,6 @@ class NewReport:
     k: int | None = None  # how many results the assistant used
 
 
-def _upsert(dialect: str) -> Any:
-    return postgresql.insert if dialect == "postgresql" else sqlite.insert
-
-
 def _incident(row: Any) -> Incident:
     return Incident(
         id=row.id,
@@ -126,7 +121,7 @@ class IncidentRecords:
         now = now_iso()
         i = t.incidents
         stmt = (
-            _upsert(self.engine.dialect.name)(i)
+            upsert(self.engine.dialect.name)(i)
             .values(
                 set_name=r.set_name,
                 tenant=r.tenant or "",

@@ -56,6 +56,7 @@ def import_file_layout(state: StateStore, eval_dir: Path) -> dict[str, int] | No
                 created_at=run.created_at,
                 summary=dump_summary(run),
                 record=dump_run(run),
+                kind=run.kind,
             )
         for path in _files(eval_dir / "baselines", "*.json"):
             run = load_run(path)

@@ -33,7 +33,35 @@ runs = Table(
     Column("created_at", String(32), nullable=False),
     Column("summary", Text, nullable=False),  # JSON: unit, cases, mean metrics (listing without the record)
     Column("record", Text, nullable=False),  # JSON: the whole run (eval.storage.run_to_json)
+    Column("kind", String(20), nullable=False),  # monitoring, manual, experiment (eval.runner.KINDS)
     Index("ix_eval_runs_set_created", "set_name", "created_at"),
+    Index("ix_eval_runs_kind_set", "kind", "set_name", "run_id"),
+)
+
+jobs = Table(
+    "eval_jobs",
+    metadata,
+    Column("run_id", String(100), primary_key=True),  # the id its run will be stored under
+    Column("set_name", String(100), nullable=False),
+    Column("kind", String(20), nullable=False),
+    Column("status", String(20), nullable=False),  # running, done, failed, cancelled
+    Column("done", Integer, nullable=False),  # cases replayed so far
+    Column("total", Integer, nullable=False),
+    Column("cancel", Integer, nullable=False),  # 1 once a cancel was asked: the runner stops at its next batch
+    Column("error", Text),
+    Column("owner", String(100), nullable=False),  # the process running it
+    Column("started_at", String(32), nullable=False),
+    Column("heartbeat_at", String(32), nullable=False),  # a running job whose heartbeat stops was lost
+    Column("finished_at", String(32)),
+    Index("ix_eval_jobs_status", "status", "started_at"),
+)
+
+leases = Table(
+    "leases",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("owner", String(100), nullable=False),
+    Column("expires_at", String(32), nullable=False),
 )
 
 baselines = Table(

@@ -31,6 +31,7 @@ from eval.errors import AlreadyExists
 from service.errors import InsufficientStorage, InvalidRequest, StoreUnavailable
 from service.state import schema as t
 from service.state.incidents import IncidentRecords
+from service.state.jobs import JobRecords, LeaseRecords
 from service.state.schema import now_iso
 from service.state.tx import one_at_a_time, writing
 
@@ -121,6 +122,8 @@ class StateStore:
         self.url = url
         self.engine = _engine(url)
         self.incidents = IncidentRecords(self.engine)
+        self.jobs = JobRecords(self.engine)
+        self.leases = LeaseRecords(self.engine)
 
     @property
     def backend(self) -> str:
@@ -166,11 +169,11 @@ class StateStore:
 
     # -- runs ------------------------------------------------------------------------------------------
 
-    def save_run(self, run_id: str, set_name: str, created_at: str, summary: str, record: str) -> None:
+    def save_run(self, run_id: str, set_name: str, created_at: str, summary: str, record: str, kind: str) -> None:
         with writing(self.engine) as conn:
             conn.execute(
                 insert(t.runs).values(
-                    run_id=run_id, set_name=set_name, created_at=created_at, summary=summary, record=record
+                    run_id=run_id, set_name=set_name, created_at=created_at, summary=summary, record=record, kind=kind
                 )
             )
 
@@ -178,26 +181,39 @@ class StateStore:
         with self.engine.connect() as conn:
             return conn.scalar(select(t.runs.c.record).where(t.runs.c.run_id == run_id))
 
-    def run_summaries(self, limit: int, offset: int, set_name: str | None) -> list[str]:
-        """JSON objects {run_id, set, created_at, **summary}, newest first."""
-        query = select(t.runs.c.run_id, t.runs.c.set_name, t.runs.c.created_at, t.runs.c.summary)
+    def run_summaries(self, limit: int, offset: int, set_name: str | None, kind: str | None) -> list[str]:
+        """JSON objects {run_id, set, created_at, kind, **summary}, newest first."""
+        query = select(t.runs.c.run_id, t.runs.c.set_name, t.runs.c.created_at, t.runs.c.kind, t.runs.c.summary)
         if set_name is not None:
             query = query.where(t.runs.c.set_name == set_name)
+        if kind is not None:
+            query = query.where(t.runs.c.kind == kind)
         query = query.order_by(t.runs.c.run_id.desc()).limit(limit).offset(offset)
         with self.engine.connect() as conn:
             rows = conn.execute(query).all()
         return [
-            json.dumps({"run_id": r.run_id, "set": r.set_name, "created_at": r.created_at, **json.loads(r.summary)})
+            json.dumps(
+                {
+                    "run_id": r.run_id,
+                    "set": r.set_name,
+                    "created_at": r.created_at,
+                    **json.loads(r.summary),
+                    "kind": r.kind,
+                }
+            )
             for r in rows
         ]
 
-    def latest_run_records(self) -> list[str]:
-        """The newest run record of each set (run ids sort by time)."""
-        newest = select(t.runs.c.set_name, func.max(t.runs.c.run_id).label("run_id")).group_by(t.runs.c.set_name)
-        sub = newest.subquery()
-        query = select(t.runs.c.record).join(sub, t.runs.c.run_id == sub.c.run_id).order_by(t.runs.c.set_name)
+    def latest_run_ids(self, kind: str) -> list[tuple[str, str]]:
+        """(set, run id) of the newest run of `kind` of each set (run ids sort by time)."""
+        query = (
+            select(t.runs.c.set_name, func.max(t.runs.c.run_id))
+            .where(t.runs.c.kind == kind)
+            .group_by(t.runs.c.set_name)
+            .order_by(t.runs.c.set_name)
+        )
         with self.engine.connect() as conn:
-            return list(conn.scalars(query))
+            return [(name, run_id) for name, run_id in conn.execute(query)]
 
     # -- baselines -------------------------------------------------------------------------------------
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.dialects import postgresql, sqlite
 
 from eval.faults import crash_point
 
@@ -30,3 +32,8 @@ def one_at_a_time(conn: Connection) -> None:
     needs nothing: its write transactions take turns already)."""
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": STARTUP_LOCK})
+
+
+def upsert(dialect: str) -> Any:
+    """The dialect's `insert` construct, which has `on_conflict_do_update` (SQLite 3.24+ and PostgreSQL alike)."""
+    return postgresql.insert if dialect == "postgresql" else sqlite.insert

@@ -167,7 +167,8 @@ def test_run_json_round_trip() -> None:
 def test_run_json_format() -> None:
     obj = run_to_json(sample_run())
     assert set(obj) == {
-        "run_id", "set", "set_fingerprint", "created_at", "unit", "k", "params", "gate", "incident_outcomes", "cases",
+        "run_id", "set", "set_fingerprint", "created_at", "unit", "k", "params", "gate", "kind", "incident_outcomes",
+        "cases",
     }  # fmt: skip
     assert obj["gate"] is None  # an ungated run
     gated = dataclasses.replace(sample_run(), gate={"verdict": "fail", "reasons": ["x"]})
@@ -199,17 +200,22 @@ def test_run_records_keep_the_ranking_but_only_snippets_of_text() -> None:
 def test_run_store_save_get_list() -> None:
     store = RunStore(FakeRecords(), seeds=None)
     assert store.summaries() == []
-    older = dataclasses.replace(sample_run(), run_id="20261130T100000-aaaaaa")
-    newer = dataclasses.replace(sample_run(), run_id="20261130T110000-bbbbbb", set_name="other")
+    older = dataclasses.replace(sample_run(), run_id="20261130T100000-aaaaaa", kind="monitoring")
+    newer = dataclasses.replace(sample_run(), run_id="20261130T110000-bbbbbb", set_name="other", kind="monitoring")
+    experiment = dataclasses.replace(sample_run(), run_id="20261130T120000-cccccc", kind="experiment")
     store.save(older)
     store.save(newer)
+    store.save(experiment)
     assert store.get(older.run_id) == older
     listed = store.summaries()
-    assert [r.run_id for r in listed] == [newer.run_id, older.run_id]
-    assert (listed[1].set_name, listed[1].cases, listed[1].unit, listed[1].gate) == ("test", 2, "chunk", None)
-    assert listed[1].metrics["hit@1"] == 1.0
-    assert [r.run_id for r in store.summaries(set_name="test")] == [older.run_id]
-    assert sorted(r.run_id for r in store.latest()) == [older.run_id, newer.run_id]
+    assert [r.run_id for r in listed] == [experiment.run_id, newer.run_id, older.run_id]
+    assert (listed[2].set_name, listed[2].cases, listed[2].unit, listed[2].gate) == ("test", 2, "chunk", None)
+    assert listed[2].metrics["hit@1"] == 1.0
+    assert [r.run_id for r in store.summaries(set_name="test")] == [experiment.run_id, older.run_id]
+    assert [r.run_id for r in store.summaries(kind="monitoring")] == [newer.run_id, older.run_id]
+    # the gauges' source: the newest monitoring run of each set, never the newer experiment
+    assert store.latest_ids("monitoring") == {"test": older.run_id, "other": newer.run_id}
+    assert store.latest_ids("experiment") == {"test": experiment.run_id}
     with pytest.raises(UnknownName, match="no run with id"):
         store.get("20990101T000000-ffffff")
     with pytest.raises(EvalError, match="run name"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -15,8 +16,8 @@ from eval.storage import RunStore, SetStore, load_baseline, load_set
 from service.api.convert import parse_filters, to_params
 from service.api.schemas import SearchOptions
 from service.domain import Mode
-from service.errors import InvalidRequest
-from service.evaluation import EvalGaugeCollector, EvalService, PipelineRetriever
+from service.errors import Busy, InvalidRequest
+from service.evaluation import EvalGaugeCollector, EvalService, PipelineRetriever, RunSpec
 from service.index import Index
 from service.pipeline import SearchParams, SearchPipeline
 from service.settings import Settings
@@ -82,67 +83,77 @@ def test_the_committed_baseline_passes_against_a_fresh_run(pipeline: SearchPipel
 
 
 def eval_service(url: str) -> EvalService:
-    """An EvalService over a SQLite state store at `url` (a restart: a new one on the same file)."""
+    """An EvalService over a SQLite state store at `url` (a restart, or another replica: a new one on the file)."""
     state = open_state(url)
-    return EvalService(SetStore(state), RunStore(state), parse_filters)
+    return EvalService(SetStore(state), RunStore(state), parse_filters, jobs=state.jobs, leases=state.leases)
 
 
-def test_eval_service_stores_runs_and_exports_gauges(pipeline: SearchPipeline, tmp_path: Path) -> None:
+def spec(pipeline: SearchPipeline, base: SearchParams, kind: str, **kw: Any) -> RunSpec:
+    return RunSpec(pipeline, base, "handbook", (1, 10), "chunk", {}, GateConfig(), kind=kind, **kw)
+
+
+def gauges(service: EvalService) -> str:
+    registry = CollectorRegistry()
+    registry.register(EvalGaugeCollector(lambda: service, {"handbook": 3600}))
+    return generate_latest(registry).decode()
+
+
+def test_only_monitoring_runs_move_the_gauges(pipeline: SearchPipeline, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'state.db'}"
     service = eval_service(url)
-    ev = service.evaluate(
-        pipeline,
-        SearchParams(mode=Mode.KEYWORD),
-        set_name="handbook",
-        ks=(1, 10),
-        unit="chunk",
-        params_record={"mode": "keyword"},
-        baseline=None,
-        gate_config=GateConfig(),
-    )
-    assert service.runs.get(ev.run.run_id).run_id == ev.run.run_id
-    registry = CollectorRegistry()
-    registry.register(EvalGaugeCollector(lambda: service))
-    text = generate_latest(registry).decode()
+    ev = service.evaluate(spec(pipeline, SearchParams(mode=Mode.KEYWORD), "monitoring"))
+    assert ev is not None
+    assert service.runs.get(ev.run.run_id).kind == "monitoring"
+    text = gauges(service)
     recall = ev.report.overall.metrics["recall@10"]
     assert f'plumbline_eval_metric{{category="all",k="10",metric="recall",set="handbook"}} {recall}' in text
     assert 'plumbline_eval_cases{category="hr",set="handbook"}' in text
-    # a restarted service finds the latest run per set in the state store
-    restarted = eval_service(url)
-    assert restarted.latest()["handbook"].run.run_id == ev.run.run_id
+    assert 'plumbline_eval_schedule_interval_seconds{set="handbook"} 3600.0' in text
+    # the packaged baseline named like the set gates a monitoring run, and its numbers are exported beside
+    assert ev.run.gate is not None
+    assert ev.run.gate["baseline"] == {"name": "handbook", "run_id": load_baseline("handbook").run_id}
+    assert 'plumbline_eval_baseline_metric{category="all",k="10",metric="recall",set="handbook"}' in text
+    # an experiment, and a manual run, are stored but never shown as production quality
+    experiment = service.evaluate(spec(pipeline, SearchParams(mode=Mode.DENSE, candidates=10), "experiment"))
+    manual = service.evaluate(spec(pipeline, SearchParams(), "manual"))
+    assert experiment is not None
+    assert manual is not None
+    assert experiment.run.gate is None  # only a monitoring run defaults to a baseline
+    assert experiment.report.overall.metrics["recall@10"] != recall
+    assert gauges(service) == text
+    # another replica (or a restart) reads the same latest monitoring run from the state store
+    assert gauges(eval_service(url)) == text
 
 
 def test_gate_verdicts_survive_a_restart(pipeline: SearchPipeline, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'state.db'}"
     service = eval_service(url)
-    runs = service.runs
-    first = service.evaluate(
-        pipeline,
-        SearchParams(),
-        set_name="handbook",
-        ks=(10,),
-        unit="chunk",
-        params_record={},
-        baseline=None,
-        gate_config=GateConfig(),
-    )
-    runs.promote(first.run.run_id, "mine")
+    first = service.evaluate(spec(pipeline, SearchParams(), "manual"))
+    assert first is not None
+    service.runs.promote(first.run.run_id, "mine")
     worse = service.evaluate(
-        pipeline,
-        SearchParams(mode=Mode.KEYWORD, candidates=10),
-        set_name="handbook",
-        ks=(10,),
-        unit="chunk",
-        params_record={},
-        baseline="mine",
-        gate_config=GateConfig(),
+        spec(pipeline, SearchParams(mode=Mode.KEYWORD, candidates=10), "monitoring", baseline="mine")
     )
+    assert worse is not None
     assert worse.gate is not None
     assert not worse.gate.passed
-    restarted = eval_service(url)
-    registry = CollectorRegistry()
-    registry.register(EvalGaugeCollector(lambda: restarted))
-    assert 'plumbline_eval_gate_passed{set="handbook"} 0.0' in generate_latest(registry).decode()
+    assert 'plumbline_eval_gate_passed{set="handbook"} 0.0' in gauges(eval_service(url))
+
+
+def test_a_monitoring_run_is_one_replica_at_a_time_and_runs_only_when_due(
+    pipeline: SearchPipeline, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    one, two = eval_service(url), eval_service(url)
+    assert one.leases is not None
+    assert one.leases.acquire("monitoring:handbook", one.owner, 60)  # as `one` does while it runs the set
+    with pytest.raises(Busy, match="already in progress"):
+        two.evaluate(spec(pipeline, SearchParams(), "monitoring"))
+    assert two.evaluate(spec(pipeline, SearchParams(), "manual")) is not None  # other kinds need no lease
+    one.leases.release("monitoring:handbook", one.owner)
+    assert two.evaluate(spec(pipeline, SearchParams(), "monitoring"), if_older_than=3600) is not None
+    assert one.evaluate(spec(pipeline, SearchParams(), "monitoring"), if_older_than=3600) is None  # not due
+    assert one.evaluate(spec(pipeline, SearchParams(), "monitoring"), if_older_than=0) is not None
 
 
 def test_set_uploads_are_checked_against_the_search_filters(tmp_path: Path) -> None:

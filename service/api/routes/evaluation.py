@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response, status
 from starlette.concurrency import run_in_threadpool
@@ -12,27 +12,34 @@ from eval.gate import GateConfig
 from eval.present import report_json
 from eval.report import build_report
 from eval.trec import trec_run_lines
-from service.api.convert import run_params, to_params
+from service.api.convert import run_spec
 from service.api.deps import EvalsDep, IndexDep, PipelineDep, SettingsDep
 from service.api.schemas import (
     BaselineRequest,
     BaselineResponse,
+    EvalJobOut,
     EvalReportOut,
     EvalRunRequest,
+    ProgressOut,
     RunSummary,
     SetSummary,
 )
-from service.errors import InvalidRequest
-from service.evaluation import unknown_documents
+from service.errors import Conflict, InvalidRequest, NotFound
+from service.evaluation import EvalService, unknown_documents
 
 router = APIRouter(prefix="/eval", tags=["eval"])
 
 
-@router.post("/run", response_model=EvalReportOut)
-def run_eval(body: EvalRunRequest, evals: EvalsDep, pipeline: PipelineDep, settings: SettingsDep) -> dict[str, Any]:
-    """Evaluate a set through the same pipeline as /search; with `baseline`, gate against it."""
-    base = to_params(body.overrides, settings, reranker_configured=pipeline.reranker is not None)
-    record = run_params(base, body.overrides)
+@router.post(
+    "/run",
+    response_model=EvalReportOut | EvalJobOut,
+    responses={202: {"model": EvalJobOut, "description": 'with "async": true, the run started'}},
+)
+def run_eval(
+    body: EvalRunRequest, evals: EvalsDep, pipeline: PipelineDep, settings: SettingsDep, response: Response
+) -> dict[str, Any] | EvalJobOut:
+    """Evaluate a set through the same pipeline as /search; with `baseline`, gate against it. With `"async": true`
+    answer 202 at once: GET /eval/runs/{id} shows the progress, then the report."""
     config = GateConfig(
         metrics=tuple(body.metrics),
         tolerance=body.tolerance if body.tolerance is not None else GateConfig().tolerance,
@@ -43,17 +50,25 @@ def run_eval(body: EvalRunRequest, evals: EvalsDep, pipeline: PipelineDep, setti
             else settings.fail_on_regressed_incidents
         ),
     )
-    ev = evals.evaluate(
+    spec = run_spec(
+        body.overrides,
+        settings,
         pipeline,
-        base,
         set_name=body.set,
         ks=body.k,
         unit=body.unit,
-        params_record=record,
-        baseline=body.baseline,
         gate_config=config,
-        experiment=bool(body.overrides.model_dump(exclude_defaults=True)),
+        monitoring=body.monitoring,
+        baseline=body.baseline,
     )
+    if body.run_async:
+        run_id = evals.submit(spec)
+        response.status_code = status.HTTP_202_ACCEPTED
+        response.headers["Location"] = f"/eval/runs/{run_id}"
+        return _job_out(evals, run_id)
+    ev = evals.evaluate(spec)
+    if ev is None:  # only a scheduled run asks to run just when due
+        raise Conflict("the run was not due")
     return {**report_json(ev.run, ev.report, ev.gate, cases=body.include_cases), "warnings": list(ev.warnings)}
 
 
@@ -61,28 +76,63 @@ def run_eval(body: EvalRunRequest, evals: EvalsDep, pipeline: PipelineDep, setti
 def list_runs(
     evals: EvalsDep,
     set: str | None = None,
+    kind: Literal["monitoring", "manual", "experiment"] | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> list[RunSummary]:
-    """Runs newest first, without their cases."""
+    """Finished runs newest first, without their cases; of one set or kind if asked. An experiment shows its
+    overrides."""
     return [
         RunSummary(
             run_id=r.run_id,
+            kind=r.kind,
             set=r.set_name,
             created_at=r.created_at,
             unit=r.unit,
             cases=r.cases,
             metrics=dict(r.metrics),
             gate=r.gate,
+            overrides=dict(r.params.get("overrides", {})),
         )
-        for r in evals.runs.summaries(limit, offset, set)
+        for r in evals.runs.summaries(limit, offset, set, kind)
     ]
 
 
-@router.get("/runs/{run_id}", response_model=EvalReportOut)
-def get_run(run_id: str, evals: EvalsDep) -> dict[str, Any]:
+@router.get("/runs/{run_id}", response_model=EvalReportOut | EvalJobOut)
+def get_run(run_id: str, evals: EvalsDep, include_cases: bool = True) -> dict[str, Any] | EvalJobOut:
+    """A finished run's report; for a run still going (or one that ended without a report), its status and
+    progress."""
+    job = evals.job(run_id)
+    if job is not None and job.status != "done":
+        return _job_out(evals, run_id)
     run = evals.runs.get(run_id)
-    return report_json(run, build_report(run), None)
+    return report_json(run, build_report(run), None, cases=include_cases)
+
+
+@router.post("/runs/{run_id}/cancel", response_model=EvalJobOut, status_code=status.HTTP_202_ACCEPTED)
+def cancel_run(run_id: str, evals: EvalsDep) -> EvalJobOut:
+    """Stop a background run before its next batch of questions (on whichever replica runs it); 409 if it is not
+    running."""
+    evals.cancel(run_id)
+    return _job_out(evals, run_id)
+
+
+def _job_out(evals: EvalService, run_id: str) -> EvalJobOut:
+    job = evals.job(run_id)
+    if job is None:
+        raise NotFound(f"no run in progress with id {run_id!r}")
+    return EvalJobOut(
+        run_id=job.run_id,
+        status=job.status if job.status != "done" else "running",  # a report is what a finished run shows
+        kind=job.kind,
+        set=job.set_name,
+        progress=ProgressOut(done=job.done, total=job.total),
+        cancel_requested=job.cancel_requested,
+        error=job.error,
+        started_at=job.started_at,
+        heartbeat_at=job.heartbeat_at,
+        finished_at=job.finished_at,
+    )
 
 
 @router.get("/runs/{run_id}/trec")

@@ -33,6 +33,7 @@ CASES = [
     },
     {"id": "c3", "question": "refund annual", "relevant": [{"chunk_id": "billing/refunds#0"}], "category": "billing"},
 ]
+ONLY_REFUNDS = {"doc_ids": ["billing/refunds"]}  # an override that hides two cases' answers
 JSONL = "".join(json.dumps(c) + "\n" for c in CASES)
 
 
@@ -75,10 +76,44 @@ def test_run_report_store_and_gate(ready: TestClient) -> None:
     assert worse["gate"]["verdict"] == "fail"
     assert any("hit@3 (overall) fell" in reason for reason in worse["gate"]["reasons"])
     assert {w["case_id"] for w in worse["gate"]["worse_cases"]} == {"c1", "c2"}
+    assert worse["gate"]["baseline"] == {"name": "mini-base", "run_id": run_id}
+    assert "plumbline_eval_metric{" not in ready.get("/metrics").text  # no monitoring run yet
+    monitoring = ready.post("/eval/run", json={"set": "mini", "k": [1, 3], "monitoring": True, "baseline": "mini-base"})
+    assert monitoring.json()["kind"] == "monitoring"
     metrics = ready.get("/metrics").text
-    assert 'plumbline_eval_metric{category="all",k="3",metric="hit",set="mini"}' in metrics
+    assert 'plumbline_eval_metric{category="all",k="3",metric="hit",set="mini"} 1.0' in metrics
     assert 'plumbline_eval_metric{category="all",k="3",metric="stale",set="mini"} 0.0' in metrics  # all current
-    assert 'plumbline_eval_gate_passed{set="mini"} 0.0' in metrics
+    assert 'plumbline_eval_baseline_metric{category="all",k="3",metric="hit",set="mini"} 1.0' in metrics
+    assert 'plumbline_eval_gate_passed{set="mini"} 1.0' in metrics
+
+
+def eval_gauges(client: TestClient) -> list[str]:
+    return [line for line in client.get("/metrics").text.splitlines() if line.startswith("plumbline_eval_")]
+
+
+def test_an_experiment_run_leaves_the_gauges_unchanged(ready: TestClient) -> None:
+    first = ready.post("/eval/run", json={"set": "mini", "k": [1, 3], "monitoring": True}).json()
+    assert ready.post("/eval/baselines", json={"run_id": first["run_id"], "name": "mini"}).status_code == 201
+    ready.post("/eval/run", json={"set": "mini", "k": [1, 3], "monitoring": True})  # gated against "mini" now
+    before = eval_gauges(ready)
+    assert 'plumbline_eval_gate_passed{set="mini"} 1.0' in before
+    experiment = ready.post(
+        "/eval/run",
+        json={"set": "mini", "k": [1, 3], "baseline": "mini", "overrides": {"alpha": 0, "filters": ONLY_REFUNDS}},
+    ).json()
+    assert experiment["kind"] == "experiment"
+    assert experiment["gate"]["verdict"] == "fail"
+    manual = ready.post("/eval/run", json={"set": "mini", "k": [1], "baseline": "mini"}).json()
+    assert manual["kind"] == "manual"
+    assert eval_gauges(ready) == before
+    listed = ready.get("/eval/runs", params={"kind": "experiment"}).json()
+    assert [(r["run_id"], r["overrides"]) for r in listed] == [
+        (experiment["run_id"], {"alpha": 0.0, "filters": ONLY_REFUNDS})
+    ]
+    assert [r["kind"] for r in ready.get("/eval/runs").json()] == ["manual", "experiment", "monitoring", "monitoring"]
+    refused = ready.post("/eval/run", json={"set": "mini", "monitoring": True, "overrides": {"alpha": 0}})
+    assert refused.status_code == 422
+    assert "served configuration" in refused.json()["detail"]
 
 
 def test_set_export_and_rejected_upload_keeps_the_old_set(ready: TestClient) -> None:

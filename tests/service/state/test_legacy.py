@@ -97,5 +97,6 @@ def test_the_service_starts_on_an_old_data_directory(tmp_path: Path) -> None:
         assert [r["run_id"] for r in c.get("/eval/runs").json()] == [runs[1].run_id, runs[0].run_id]
         assert c.get(f"/eval/runs/{runs[0].run_id}").json()["gate"]["verdict"] == "pass"
         assert "mine" in [s["name"] for s in c.get("/eval/sets").json()]
-        assert 'plumbline_eval_gate_passed{set="mine"} 1.0' in c.get("/metrics").text
+        # imported runs are manual runs: only a monitoring run moves the gauges
+        assert "plumbline_eval_gate_passed{" not in c.get("/metrics").text
     assert (data / "state.db").is_file()

@@ -57,7 +57,7 @@ def report(question: str = "What is the refund window?", *, reporter: str = "ann
 
 
 def test_migrations_build_exactly_the_declared_schema(state: StateStore) -> None:
-    assert state.revision() == "0002"
+    assert state.revision() == "0003"
     with state.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), metadata)
     assert diff == []
@@ -71,9 +71,26 @@ def test_upgrading_an_older_schema_keeps_its_rows(state_url: str) -> None:
         old.incidents.search()  # the incidents tables do not exist at 0001
     old.close()
     new = open_state(state_url)
-    assert new.revision() == "0002"
+    assert new.revision() == "0003"
     assert new.get_set("handbook") == "line\n"
     assert new.incidents.search() == []
+    new.close()
+
+
+def test_runs_stored_before_run_kinds_become_manual_runs(state_url: str) -> None:
+    old = StateStore(state_url)
+    old.migrate("0002")
+    with old.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO eval_runs (run_id, set_name, created_at, summary, record) "
+                "VALUES ('20260101T000000000000-a', 's', 'x', '{}', '{}')"
+            )
+        )
+    old.close()
+    new = open_state(state_url)
+    assert [json.loads(r)["kind"] for r in new.run_summaries(10, 0, None, None)] == ["manual"]
+    assert new.latest_run_ids("monitoring") == []  # an old run never shows as production quality
     new.close()
 
 
@@ -82,7 +99,7 @@ def test_replicas_starting_together_migrate_and_import_once(state_url: str, tmp_
     (tmp_path / "eval" / "sets" / "s.jsonl").write_text('{"id": "a", "question": "q", "relevant": [{"doc_id": "d"}]}\n')
     with ThreadPoolExecutor(8) as pool:
         stores = list(pool.map(lambda _: open_state(state_url, tmp_path / "eval"), range(8)))
-    assert {s.revision() for s in stores} == {"0002"}
+    assert {s.revision() for s in stores} == {"0003"}
     for s in stores:
         s.close()
 
@@ -114,20 +131,88 @@ def test_sets_put_replace_and_list(state: StateStore) -> None:
     assert state.set_names() == ["a", "b"]
 
 
-def test_runs_are_listed_newest_first_and_the_latest_per_set(state: StateStore) -> None:
-    for run_id, set_name in (("20260101-a", "s1"), ("20260102-b", "s2"), ("20260103-c", "s1")):
+def test_runs_are_listed_newest_first_and_the_latest_per_set_and_kind(state: StateStore) -> None:
+    runs = (
+        ("20260101-a", "s1", "monitoring"),
+        ("20260102-b", "s2", "monitoring"),
+        ("20260103-c", "s1", "monitoring"),
+        ("20260104-d", "s1", "experiment"),
+    )
+    for run_id, set_name, kind in runs:
         summary = json.dumps({"unit": "chunk", "cases": 1, "metrics": {}, "gate": None})
-        state.save_run(run_id, set_name, run_id, summary, json.dumps({"run_id": run_id}))
-    assert [json.loads(r)["run_id"] for r in state.run_summaries(10, 0, None)] == [
+        state.save_run(run_id, set_name, run_id, summary, json.dumps({"run_id": run_id}), kind)
+    assert [json.loads(r)["run_id"] for r in state.run_summaries(10, 0, None, None)] == [
+        "20260104-d",
         "20260103-c",
         "20260102-b",
         "20260101-a",
     ]
-    assert [json.loads(r)["run_id"] for r in state.run_summaries(1, 1, None)] == ["20260102-b"]
-    assert [json.loads(r)["run_id"] for r in state.run_summaries(10, 0, "s1")] == ["20260103-c", "20260101-a"]
-    assert sorted(json.loads(r)["run_id"] for r in state.latest_run_records()) == ["20260102-b", "20260103-c"]
+    assert [json.loads(r)["run_id"] for r in state.run_summaries(1, 1, None, None)] == ["20260103-c"]
+    assert [json.loads(r)["run_id"] for r in state.run_summaries(10, 0, "s1", "monitoring")] == [
+        "20260103-c",
+        "20260101-a",
+    ]
+    assert [json.loads(r)["kind"] for r in state.run_summaries(10, 0, "s1", None)] == [
+        "experiment",
+        "monitoring",
+        "monitoring",
+    ]
+    assert state.latest_run_ids("monitoring") == [("s1", "20260103-c"), ("s2", "20260102-b")]
+    assert state.latest_run_ids("experiment") == [("s1", "20260104-d")]
+    assert state.latest_run_ids("manual") == []
     assert json.loads(state.get_run("20260102-b") or "{}") == {"run_id": "20260102-b"}
     assert state.get_run("nope") is None
+
+
+def test_a_lease_has_one_holder_until_it_is_released_or_expires(state: StateStore) -> None:
+    assert state.leases.acquire("monitoring:s", "a", 60)
+    assert not state.leases.acquire("monitoring:s", "b", 60)
+    assert state.leases.holder("monitoring:s") == "a"
+    assert state.leases.acquire("monitoring:s", "a", 60)  # the holder renews it
+    assert state.leases.acquire("monitoring:other", "b", 60)  # leases are by name
+    state.leases.release("monitoring:s", "b")  # not b's to release
+    assert state.leases.holder("monitoring:s") == "a"
+    state.leases.release("monitoring:s", "a")
+    assert state.leases.holder("monitoring:s") is None
+    assert state.leases.acquire("monitoring:s", "b", -1)  # already expired: anyone may take it
+    assert state.leases.holder("monitoring:s") is None
+    assert state.leases.acquire("monitoring:s", "a", 60)
+
+
+def test_concurrent_lease_takers_get_exactly_one_lease(state: StateStore) -> None:
+    with ThreadPoolExecutor(8) as pool:
+        won = list(pool.map(lambda i: state.leases.acquire("monitoring:s", f"owner-{i}", 60), range(16)))
+    assert won.count(True) == 1
+
+
+def test_a_job_reports_progress_takes_a_cancel_and_records_its_end(state: StateStore) -> None:
+    state.jobs.start("r1", "s", "manual", 100, "me")
+    assert state.jobs.progress("r1", 64) is False
+    job = state.jobs.get("r1")
+    assert job is not None
+    assert (job.status, job.done, job.total, job.cancel_requested) == ("running", 64, 100, False)
+    assert state.jobs.cancel("r1")
+    assert state.jobs.progress("r1", 100) is True  # the runner learns of it at its next batch
+    state.jobs.finish("r1", "cancelled", "cancelled after 100 cases")
+    job = state.jobs.get("r1")
+    assert job is not None
+    assert (job.status, job.error, job.finished_at is not None) == ("cancelled", "cancelled after 100 cases", True)
+    assert not state.jobs.cancel("r1")  # not running any more
+    assert state.jobs.get("nope") is None
+    state.jobs.start("r2", "s", "manual", 10, "me")
+    state.jobs.finish("r2", "done")
+    done = state.jobs.get("r2")
+    assert done is not None
+    assert (done.status, done.done) == ("done", 10)
+
+
+def test_a_running_job_whose_heartbeat_stopped_reads_as_lost(state: StateStore) -> None:
+    state.jobs.start("r1", "s", "manual", 100, "a process that died")
+    with state.engine.begin() as conn:
+        conn.execute(text("UPDATE eval_jobs SET heartbeat_at = '2020-01-01T00:00:00.000000Z'"))
+    job = state.jobs.get("r1")
+    assert job is not None
+    assert job.status == "lost"
 
 
 def test_a_baseline_is_replaced_only_when_asked_and_kept_in_history(state: StateStore) -> None:

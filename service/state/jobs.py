@@ -1,0 +1,140 @@
+"""Eval jobs (a run in progress: its progress, a cancel request, its outcome) and leases (work one replica at a
+time), kept in the state store so that every replica sees them.
+
+A job's heartbeat moves with its progress; a running job whose heartbeat is older than `LOST_AFTER` seconds
+belonged to a process that died, and reads as `lost`. A lease is a row with an owner and an expiry: taking
+it is one upsert that succeeds only when the row is free, expired, or already the caller's, so two replicas
+never both hold it. Expiries compare the replicas' clocks, which must agree to well under a lease's length
+(NTP does).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, delete, insert, or_, select, update
+
+from service.state import schema as t
+from service.state.schema import iso, now_iso
+from service.state.tx import upsert, writing
+
+LOST_AFTER = 120.0  # seconds without a heartbeat before a running job counts as lost
+
+
+@dataclass(frozen=True)
+class Job:
+    run_id: str
+    set_name: str
+    kind: str
+    status: str  # running, done, failed, cancelled, lost
+    done: int
+    total: int
+    cancel_requested: bool
+    error: str | None
+    started_at: str
+    heartbeat_at: str
+    finished_at: str | None
+
+
+def _after(seconds: float) -> str:
+    return iso(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds))
+
+
+class JobRecords:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def start(self, run_id: str, set_name: str, kind: str, total: int, owner: str) -> None:
+        now = now_iso()
+        with writing(self.engine) as conn:
+            conn.execute(
+                insert(t.jobs).values(
+                    run_id=run_id,
+                    set_name=set_name,
+                    kind=kind,
+                    status="running",
+                    done=0,
+                    total=total,
+                    cancel=0,
+                    owner=owner,
+                    started_at=now,
+                    heartbeat_at=now,
+                )
+            )
+
+    def progress(self, run_id: str, done: int) -> bool:
+        """Record `done` cases and a heartbeat; True if a cancel has been asked for."""
+        with writing(self.engine) as conn:
+            conn.execute(update(t.jobs).where(t.jobs.c.run_id == run_id).values(done=done, heartbeat_at=now_iso()))
+            return bool(conn.scalar(select(t.jobs.c.cancel).where(t.jobs.c.run_id == run_id)))
+
+    def finish(self, run_id: str, status: str, error: str | None = None) -> None:
+        now = now_iso()
+        values: dict[str, object] = {"status": status, "error": error, "finished_at": now, "heartbeat_at": now}
+        if status == "done":
+            values["done"] = t.jobs.c.total
+        with writing(self.engine) as conn:
+            conn.execute(update(t.jobs).where(t.jobs.c.run_id == run_id).values(**values))
+
+    def cancel(self, run_id: str) -> bool:
+        """Ask a running job to stop; False if it is not running (finished, or unknown)."""
+        with writing(self.engine) as conn:
+            changed = conn.execute(
+                update(t.jobs).where(t.jobs.c.run_id == run_id, t.jobs.c.status == "running").values(cancel=1)
+            ).rowcount
+        return bool(changed)
+
+    def get(self, run_id: str) -> Job | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(t.jobs).where(t.jobs.c.run_id == run_id)).first()
+        if row is None:
+            return None
+        status = row.status
+        if status == "running" and row.heartbeat_at < _after(-LOST_AFTER):
+            status = "lost"
+        return Job(
+            row.run_id,
+            row.set_name,
+            row.kind,
+            status,
+            row.done,
+            row.total,
+            bool(row.cancel),
+            row.error,
+            row.started_at,
+            row.heartbeat_at,
+            row.finished_at,
+        )
+
+
+class LeaseRecords:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def acquire(self, name: str, owner: str, seconds: float) -> bool:
+        """Take or renew the lease `name` for `seconds`; False if another owner holds it unexpired."""
+        now, until = now_iso(), _after(seconds)
+        stmt = (
+            upsert(self.engine.dialect.name)(t.leases)
+            .values(name=name, owner=owner, expires_at=until)
+            .on_conflict_do_update(
+                index_elements=[t.leases.c.name],
+                set_={"owner": owner, "expires_at": until},
+                where=or_(t.leases.c.expires_at < now, t.leases.c.owner == owner),
+            )
+            .returning(t.leases.c.owner)  # a row only when inserted or updated (rowcount differs by driver)
+        )
+        with writing(self.engine) as conn:
+            return conn.execute(stmt).first() is not None
+
+    def release(self, name: str, owner: str) -> None:
+        with writing(self.engine) as conn:
+            conn.execute(delete(t.leases).where(t.leases.c.name == name, t.leases.c.owner == owner))
+
+    def holder(self, name: str) -> str | None:
+        """The owner of an unexpired lease `name`, or None."""
+        with self.engine.connect() as conn:
+            return conn.scalar(
+                select(t.leases.c.owner).where(t.leases.c.name == name, t.leases.c.expires_at >= now_iso())
+            )
