@@ -172,6 +172,7 @@ class EvalService:
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
+        self._leased: set[str] = set()  # leases this process holds for its runs
 
     def evaluate(
         self,
@@ -289,7 +290,11 @@ class EvalService:
             yield
             return
         name = f"monitoring:{spec.set_name}"
-        if not self.leases.acquire(name, self.owner, LEASE_SECONDS):
+        with self._lock:  # the lease is this process's: a second run here must not take it over
+            mine = name in self._leased or not self.leases.acquire(name, self.owner, LEASE_SECONDS)
+            if not mine:
+                self._leased.add(name)
+        if mine:
             raise Busy(
                 f"a monitoring run of set {spec.set_name!r} is already in progress "
                 f"({self.leases.holder(name) or 'another replica'}); it will refresh the gauges when it ends"
@@ -297,7 +302,9 @@ class EvalService:
         try:
             yield
         finally:
-            self.leases.release(name, self.owner)
+            with self._lock:
+                self._leased.discard(name)
+                self.leases.release(name, self.owner)
 
     def monitoring_due(self, set_name: str, interval: float) -> bool:
         """True if the set has no monitoring run, or its latest started over `interval` seconds ago."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -158,3 +159,33 @@ class FakeRecords:
             self.history.append((name, *old))
         self.baselines[name] = (run_id, record)
         return old[0] if old else None
+
+
+class GatedFakeEmbedder(FakeEmbedder):
+    """A FakeEmbedder whose batch query embeddings (an eval run's, not a single /search query's) can be held at
+    a gate: `hold(n)` lets n batches through, then blocks the next until `release()`; `waiting` is set while
+    one blocks. Tests use it to look at a run in the middle, without sleeping."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._gate = threading.Event()
+        self._gate.set()
+        self._pass = 0
+        self.waiting = threading.Event()
+
+    def hold(self, let_through: int = 0) -> None:
+        self._pass = let_through
+        self._gate.clear()
+
+    def release(self) -> None:
+        self._gate.set()
+
+    def embed_queries(self, texts: Sequence[str]) -> Matrix:
+        if len(texts) > 1 and not self._gate.is_set():
+            if self._pass > 0:
+                self._pass -= 1
+            else:
+                self.waiting.set()
+                self._gate.wait(60)
+                self.waiting.clear()
+        return super().embed_queries(texts)

@@ -1,0 +1,110 @@
+"""Asynchronous eval runs: 202 with a run id, progress while it runs, cancel, and /search served meanwhile."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.api.app import create_app
+from service.evaluation import EvalService
+from service.runtime import Components
+from service.settings import Settings
+from tests.fakes import GatedFakeEmbedder
+
+DOCS = [{"id": f"doc/{n}", "title": f"Doc {n}", "text": f"topic{n} lorem ipsum topic{n}"} for n in range(10)]
+# 130 cases: three batches of questions (64, 64, 2), so a run can be looked at between them
+CASES = [{"id": f"c{n}", "question": f"topic{n % 10}", "relevant": [{"doc_id": f"doc/{n % 10}"}]} for n in range(130)]
+
+
+@pytest.fixture
+def embedder() -> GatedFakeEmbedder:
+    return GatedFakeEmbedder()
+
+
+@pytest.fixture
+def client(tmp_path: Path, embedder: GatedFakeEmbedder) -> Iterator[TestClient]:
+    app = create_app(Settings(data_dir=tmp_path / "data"), components=Components(embedder=lambda _: embedder))
+    with TestClient(app) as c:
+        assert app.state.runtime.wait(timeout=60)
+        assert c.post("/documents", json={"documents": DOCS}).status_code == 200
+        assert c.put("/eval/sets/big", content="".join(json.dumps(x) + "\n" for x in CASES)).status_code == 200
+        yield c
+        embedder.release()
+
+
+def evals(client: TestClient) -> EvalService:
+    service: EvalService = client.app.state.runtime.evals  # type: ignore[attr-defined]
+    return service
+
+
+def test_an_async_run_answers_at_once_shows_its_progress_then_its_report(
+    client: TestClient, embedder: GatedFakeEmbedder
+) -> None:
+    embedder.hold(let_through=1)  # the second batch waits
+    started = client.post("/eval/run", json={"set": "big", "k": [1, 5], "async": True})
+    assert started.status_code == 202, started.text
+    run_id = started.json()["run_id"]
+    assert started.headers["location"] == f"/eval/runs/{run_id}"
+    assert embedder.waiting.wait(30)
+    running = client.get(f"/eval/runs/{run_id}").json()
+    assert (running["status"], running["kind"]) == ("running", "manual")
+    assert running["progress"] == {"done": 64, "total": 130}
+    # a run in progress does not hold up searches
+    assert client.post("/search", json={"query": "topic3", "k": 1}).json()["hits"][0]["doc_id"] == "doc/3"
+    embedder.release()
+    evals(client).wait(30)
+    report = client.get(f"/eval/runs/{run_id}").json()
+    assert (report["status"], report["run_id"], report["cases_total"]) == ("done", run_id, 130)
+    assert report["metrics"]["hit@1"] == 1.0
+    assert [r["run_id"] for r in client.get("/eval/runs").json()] == [run_id]
+
+
+def test_a_run_can_be_cancelled_and_stops_at_its_next_batch(client: TestClient, embedder: GatedFakeEmbedder) -> None:
+    embedder.hold()
+    run_id = client.post("/eval/run", json={"set": "big", "async": True}).json()["run_id"]
+    assert embedder.waiting.wait(30)
+    cancelling = client.post(f"/eval/runs/{run_id}/cancel")
+    assert cancelling.status_code == 202
+    assert (cancelling.json()["status"], cancelling.json()["cancel_requested"]) == ("running", True)
+    embedder.release()
+    evals(client).wait(30)
+    ended = client.get(f"/eval/runs/{run_id}").json()
+    assert (ended["status"], ended["progress"]["done"]) == ("cancelled", 64)
+    assert "cancelled after 64 of 130 cases" in ended["error"]
+    assert client.get("/eval/runs").json() == []  # nothing stored
+    again = client.post(f"/eval/runs/{run_id}/cancel")
+    assert again.status_code == 409
+    assert "not running (cancelled)" in again.json()["detail"]
+    assert client.post("/eval/runs/20990101T000000000000-ffffff/cancel").status_code == 404
+
+
+def test_async_runs_count_against_the_run_limit_and_a_bad_request_fails_before_it_starts(
+    client: TestClient, embedder: GatedFakeEmbedder
+) -> None:
+    assert client.post("/eval/run", json={"set": "nope", "async": True}).status_code == 404
+    embedder.hold()
+    client.post("/eval/run", json={"set": "big", "async": True})
+    client.post("/eval/run", json={"set": "big", "async": True})
+    refused = client.post("/eval/run", json={"set": "big", "async": True})
+    assert refused.status_code == 429
+    assert "already in progress" in refused.json()["detail"]
+    embedder.release()
+    evals(client).wait(30)
+    assert len(client.get("/eval/runs").json()) == 2
+
+
+def test_a_monitoring_run_in_progress_refuses_a_second_one(client: TestClient, embedder: GatedFakeEmbedder) -> None:
+    embedder.hold()
+    first = client.post("/eval/run", json={"set": "big", "monitoring": True, "async": True})
+    assert first.status_code == 202
+    second = client.post("/eval/run", json={"set": "big", "monitoring": True})
+    assert second.status_code == 429
+    assert "a monitoring run of set 'big' is already in progress" in second.json()["detail"]
+    embedder.release()
+    evals(client).wait(30)
+    assert client.get(f"/eval/runs/{first.json()['run_id']}").json()["kind"] == "monitoring"
+    assert 'plumbline_eval_cases{category="all",set="big"} 130.0' in client.get("/metrics").text
