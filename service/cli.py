@@ -34,6 +34,7 @@ from eval.present import format_table, gate_json, report_json
 from eval.report import build_report
 from eval.runner import Retriever, Run, run_set
 from eval.storage import dump_run, load_baseline, load_set, write_atomic
+from service import logs
 from service.errors import PlumblineError
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_ERROR = 0, 1, 2, 3
@@ -42,8 +43,7 @@ POLL_SECONDS = 2.0  # how often `eval run --monitoring --url` asks for the run's
 
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a missing model must fail fast, not retry the hub
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request of the HTTP commands
+    logs.configure("text")  # `serve` switches to the configured format (JSON by default)
     args = _parser().parse_args(argv)
     try:
         result: int = args.func(args)
@@ -131,11 +131,14 @@ def _serve(args: argparse.Namespace) -> int:
 
     from service.api.app import create_app
 
-    app = create_app(_settings(args), preload=tuple(args.ingest))
+    settings = _settings(args)
+    logs.configure(settings.log_format)
+    app = create_app(settings, preload=tuple(args.ingest))
     # refused here, before any port is bound, if another process holds the data directory; a read-only one is
     # served, its readiness saying why nothing works
     app.state.runtime.take_lock()
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    # uvicorn logs through our handlers (log_config None), and the app writes the one line per request
+    uvicorn.run(app, host=args.host, port=args.port, log_config=None, access_log=False)
     return EXIT_OK
 
 
@@ -167,13 +170,11 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from service.loaders import count_documents, iter_documents
 
     docs = iter_documents(args.path)
     totals = {"documents": 0, "chunks": 0, "unchanged": 0}
-    with tqdm(total=count_documents(args.path), unit="doc", desc="ingest") as bar:
+    with _IngestProgress(count_documents(args.path)) as bar:
         if args.url:
             from eval.http import no_delay_client
             from service.api.schemas import DocumentIn
@@ -210,11 +211,43 @@ def _batches(items: Any, size: int) -> Any:
         yield batch
 
 
-def _add(totals: dict[str, int], result: dict[str, int], bar: Any, n: int) -> None:
+class _IngestProgress:
+    """A bar on a terminal; a log line per batch elsewhere (a CI log, a Kubernetes Job), with the rate."""
+
+    def __init__(self, total: int) -> None:
+        from tqdm import tqdm
+
+        self.total, self.done, self.start = total, 0, time.monotonic()
+        self.bar = tqdm(total=total, unit="doc", desc="ingest") if sys.stderr.isatty() else None
+
+    def __enter__(self) -> _IngestProgress:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def update(self, n: int, totals: dict[str, int]) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+            self.bar.set_postfix(chunks=totals["chunks"], unchanged=totals["unchanged"])
+            return
+        rate = totals["chunks"] / max(time.monotonic() - self.start, 1e-9)
+        logging.getLogger("plumbline").info(
+            "ingest: %d/%d documents, %d chunks written, %d unchanged (%.1f chunks/s)",
+            self.done,
+            self.total,
+            totals["chunks"],
+            totals["unchanged"],
+            rate,
+        )
+
+
+def _add(totals: dict[str, int], result: dict[str, int], bar: _IngestProgress, n: int) -> None:
     for key in totals:
         totals[key] += int(result.get(key, 0))
-    bar.update(n)
-    bar.set_postfix(chunks=totals["chunks"], unchanged=totals["unchanged"])
+    bar.update(n, totals)
 
 
 def _overrides(pairs: list[str]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import gc
 import logging
 import shutil
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ from service.stores.base import VectorStore
 from service.tokenizer import TokenizerConfig
 
 log = logging.getLogger("plumbline")
+PRELOAD_BATCH = 16  # documents per ingest batch at start-up: a progress line after each
 T = TypeVar("T")
 
 
@@ -255,10 +257,7 @@ class Runtime:
             for action in done:
                 log.warning("integrity repair: %s", action)
         for folder in self.preload:
-            docs = list(iter_documents(folder))
-            for start in range(0, len(docs), s.max_batch_documents):
-                result = index.ingest(docs[start : start + s.max_batch_documents])
-                log.info("preloaded %s: %s", folder, result)
+            self._preload(index, folder)
         self._index = index
         self._pipeline = SearchPipeline(
             store,
@@ -277,6 +276,26 @@ class Runtime:
         if self.metrics:
             self.metrics.ready.set(1)
         self.scheduler.start()
+
+    def _preload(self, index: Index, folder: Path) -> None:
+        """Ingest `folder` in small batches, logging the progress after each (the first start's long minute)."""
+        docs = list(iter_documents(folder))
+        size = min(PRELOAD_BATCH, self.settings.max_batch_documents)
+        start, chunks, unchanged = time.monotonic(), 0, 0
+        for at in range(0, len(docs), size):
+            result = index.ingest(docs[at : at + size])
+            chunks, unchanged = chunks + result.chunks, unchanged + result.unchanged
+            rate = chunks / max(time.monotonic() - start, 1e-9)
+            done = min(at + size, len(docs))
+            log.info(
+                "preloading %s: %d/%d documents, %d chunks written, %d documents unchanged (%.1f chunks/s)",
+                folder,
+                done,
+                len(docs),
+                chunks,
+                unchanged,
+                rate,
+            )
 
     def close(self) -> None:
         self.scheduler.stop()

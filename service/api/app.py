@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -11,6 +12,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 
+from service import logs
 from service.api import errors
 from service.api.routes import documents, evaluation, health, incidents, search
 from service.api.schemas import ERROR_RESPONSES
@@ -19,6 +21,8 @@ from service.incidents import IncidentGaugeCollector
 from service.observability import IndexSizeCollector, ServiceMetrics
 from service.runtime import Components, Runtime
 from service.settings import Settings
+
+access = logging.getLogger("plumbline.access")
 
 
 def create_app(
@@ -65,6 +69,8 @@ def create_app(
     @app.middleware("http")
     async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         start = time.perf_counter()
+        rid = logs.new_request_id(request.headers.get("x-request-id"))
+        token = logs.request_id.set(rid)
         length = request.headers.get("content-length")
         if length and length.isdigit() and int(length) > settings.max_request_bytes:
             response: Response = JSONResponse(
@@ -79,13 +85,21 @@ def create_app(
                 response = await call_next(request)
             except Exception:  # an unhandled error becomes a 500: count it before it propagates
                 _observe(request, 500, start)
+                logs.request_id.reset(token)
                 raise
         _observe(request, response.status_code, start)
+        response.headers["X-Request-ID"] = rid
+        logs.request_id.reset(token)
         return response
 
     def _observe(request: Request, status: int, start: float) -> None:
         endpoint = getattr(request.scope.get("route"), "path", "unmatched")
-        metrics.observe_request(endpoint, request.method, status, time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        metrics.observe_request(endpoint, request.method, status, seconds)
+        client = request.client.host if request.client else None
+        fields = {"method": request.method, "path": request.url.path, "endpoint": endpoint, "status": status}
+        timing = {"duration_ms": round(seconds * 1000, 2), "client": client, "request_id": logs.request_id.get()}
+        access.info("request", extra={**fields, **timing})
 
     return app
 

@@ -1,0 +1,80 @@
+"""Logging: one JSON object per line (for log collectors) or plain text (for a terminal), and the request id.
+
+The HTTP middleware (`service.api.app`) sets `request_id` for each request, from `X-Request-ID` when the caller
+sent a usable one, and logs one `request` line per request; every line logged while a request is handled
+carries its id.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+import uuid
+from contextvars import ContextVar
+from typing import Any
+
+request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
+
+# what a request line carries besides the message (set with `extra=`)
+REQUEST_FIELDS = ("method", "path", "endpoint", "status", "duration_ms", "client")
+_USABLE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def new_request_id(sent: str | None) -> str:
+    """The caller's `X-Request-ID` if it is a plain token of at most 128 characters, else a fresh one."""
+    return sent if sent is not None and _USABLE_ID.fullmatch(sent) else uuid.uuid4().hex
+
+
+class JsonFormatter(logging.Formatter):
+    """`{"time", "level", "logger", "message", "request_id"?, <request fields>?, "exception"?}` on one line.
+
+    Example:
+        >>> record = logging.LogRecord("plumbline", logging.INFO, "", 0, "ready: %d documents", (3,), None)
+        >>> json.loads(JsonFormatter().format(record))["message"]
+        'ready: 3 documents'
+    """
+
+    converter = staticmethod(time.gmtime)  # times in UTC, as the `Z` says
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        rid = getattr(record, "request_id", None)
+        if rid:
+            out["request_id"] = rid
+        for field in REQUEST_FIELDS:
+            if hasattr(record, field):
+                out[field] = getattr(record, field)
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+
+class RequestIdFilter(logging.Filter):
+    """Stamps each record with the id of the request being handled when it was logged (if any)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "request_id", None) is None:
+            record.request_id = request_id.get()
+        return True
+
+
+def configure(fmt: str = "text", level: int = logging.INFO) -> None:
+    """Send every logger's lines to stderr as `fmt` ("json" or "text"), replacing earlier handlers."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(RequestIdFilter())
+    handler.setFormatter(
+        JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for noisy in ("httpx", "uvicorn.access"):  # a line per request is ours to write
+        logging.getLogger(noisy).setLevel(logging.WARNING)

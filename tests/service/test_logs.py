@@ -1,0 +1,84 @@
+"""Logs: JSON lines with the request id, one line per request, and progress while the first start ingests."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.api.app import create_app
+from service.logs import JsonFormatter, RequestIdFilter, new_request_id, request_id
+from service.runtime import Components, Runtime
+from service.settings import Settings
+from tests.fakes import FakeEmbedder
+
+
+def test_a_json_line_carries_the_request_id_and_the_request_fields() -> None:
+    record = logging.LogRecord("plumbline.access", logging.INFO, "", 0, "request", (), None)
+    record.status, record.endpoint, record.duration_ms = 422, "/search", 1.5
+    token = request_id.set("abc-123")
+    try:
+        RequestIdFilter().filter(record)
+    finally:
+        request_id.reset(token)
+    line = JsonFormatter().format(record)
+    assert "\n" not in line
+    obj = json.loads(line)
+    assert {k: obj[k] for k in ("level", "logger", "message", "request_id", "status", "endpoint", "duration_ms")} == {
+        "level": "info",
+        "logger": "plumbline.access",
+        "message": "request",
+        "request_id": "abc-123",
+        "status": 422,
+        "endpoint": "/search",
+        "duration_ms": 1.5,
+    }
+    assert obj["time"].endswith("Z")
+
+
+@pytest.mark.parametrize(
+    ("sent", "kept"),
+    [("req-42.a:b_C", True), (None, False), ("", False), ("x" * 129, False), ("a b", False), ("a\nfake log", False)],
+)
+def test_a_callers_request_id_is_kept_only_when_it_is_a_plain_token(sent: str | None, kept: bool) -> None:
+    rid = new_request_id(sent)
+    assert (rid == sent) is kept
+    assert kept or len(rid) == 32
+
+
+def test_every_request_is_logged_once_with_its_id_which_the_response_echoes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = create_app(Settings(data_dir=tmp_path / "data"), components=Components(embedder=lambda _: FakeEmbedder()))
+    with TestClient(app) as c:
+        assert app.state.runtime.wait(timeout=60)
+        with caplog.at_level(logging.INFO, logger="plumbline.access"):
+            echoed = c.post("/search", json={"query": "x", "k": 0}, headers={"X-Request-ID": "trace-7"})
+            fresh = c.get("/health/live")
+    assert echoed.status_code == 422
+    assert echoed.headers["x-request-id"] == "trace-7"
+    assert len(fresh.headers["x-request-id"]) == 32
+    lines = [r for r in caplog.records if r.name == "plumbline.access"]
+    assert [(r.request_id, r.endpoint, r.status, r.method) for r in lines] == [  # type: ignore[attr-defined]
+        ("trace-7", "/search", 422, "POST"),
+        (fresh.headers["x-request-id"], "/health/live", 200, "GET"),
+    ]
+
+
+def test_the_start_up_ingest_logs_its_progress(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for n in range(20):
+        (folder / f"d{n}.md").write_text(f"# Doc {n}\n\nword{n} text")
+    runtime = Runtime(
+        Settings(data_dir=tmp_path / "data"), Components(embedder=lambda _: FakeEmbedder()), preload=(folder,)
+    )
+    with caplog.at_level(logging.INFO, logger="plumbline"):
+        runtime.warm_up()
+    runtime.close()
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("preloading")]
+    assert [line.split(": ")[1].split(",")[0] for line in progress] == ["16/20 documents", "20/20 documents"]
+    assert "chunks/s" in progress[-1]
