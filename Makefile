@@ -22,6 +22,8 @@ $(BIN)/plumbline: pyproject.toml
 
 setup: $(BIN)/plumbline
 
+# the demo replays the handbook set every hour (the first run about 30 s after start-up), for the gauges
+run: export PLUMBLINE_EVAL_SCHEDULE ?= {"handbook": 3600}
 run: setup
 	$(BIN)/plumbline serve --data-dir $(DATA) --host $(HOST) --port $(PORT) --ingest demo/handbook
 

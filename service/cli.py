@@ -43,8 +43,8 @@ POLL_SECONDS = 2.0  # how often `eval run --monitoring --url` asks for the run's
 
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a missing model must fail fast, not retry the hub
-    logs.configure("text")  # `serve` switches to the configured format (JSON by default)
     args = _parser().parse_args(argv)
+    logs.configure("text")  # `serve` switches to the configured format (JSON by default)
     try:
         result: int = args.func(args)
         return result

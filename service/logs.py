@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
 import time
@@ -73,8 +74,12 @@ def configure(fmt: str = "text", level: int = logging.INFO) -> None:
     handler.setFormatter(
         JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
+    logging.captureWarnings(True)  # a library's warning is a log line too, not a bare line on stderr
+    if fmt == "json":  # no progress bars drawn on stderr between the JSON lines (model loading draws one)
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    for noisy in ("httpx", "uvicorn.access"):  # a line per request is ours to write
+    # a line per request is ours to write; alembic's plugin set-up is not news
+    for noisy in ("httpx", "uvicorn.access", "alembic.runtime.plugins"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

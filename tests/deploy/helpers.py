@@ -1,0 +1,104 @@
+"""Paths of the deploy files, promtool, and a small PromQL metric-name extractor for the deploy tests.
+
+promtool comes from Debian's `prometheus` package. Where it is missing the tests that need it skip, saying
+why, except when PLUMBLINE_REQUIRE_PROMETHEUS is set (to anything but "0"): then a missing promtool is a
+failure, so CI can never skip them silently (the same pattern as PLUMBLINE_REQUIRE_POSTGRES).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
+PROMETHEUS_CONFIG = PROMETHEUS_DIR / "prometheus.yml"
+RULES = PROMETHEUS_DIR / "rules" / "plumbline.yml"
+RULE_TESTS = PROMETHEUS_DIR / "tests" / "plumbline_test.yml"
+DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "plumbline.json"
+
+# Every series name the service exports (histograms as their _bucket/_sum/_count series), and Prometheus's `up`.
+KNOWN_METRICS = frozenset(
+    {
+        "plumbline_eval_metric",
+        "plumbline_eval_baseline_metric",
+        "plumbline_eval_cases",
+        "plumbline_eval_gate_passed",
+        "plumbline_eval_last_run_timestamp_seconds",
+        "plumbline_eval_schedule_interval_seconds",
+        *(f"{h}_{s}" for h in ("plumbline_http_request_duration_seconds",) for s in ("bucket", "sum", "count")),
+        "plumbline_http_requests_total",
+        *(f"plumbline_search_stage_duration_seconds_{s}" for s in ("bucket", "sum", "count")),
+        "plumbline_ready",
+        "plumbline_index_points",
+        "plumbline_incidents",
+        "plumbline_ingested_chunks_total",
+        "up",
+    }
+)
+
+_KEYWORDS = frozenset(
+    {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool", "offset", "atan2"}
+)
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_MATCHERS = re.compile(r"\{[^{}]*\}")
+_RANGE = re.compile(r"\[[^\[\]]*\]")
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)")
+_IDENT = re.compile(r"(?<![\w:.])([a-zA-Z_:][\w:]*)(?![\w:])(?!\s*\()")
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression selects: identifiers that are not functions, keywords, label
+    names (inside `{...}` or a grouping clause), strings, durations or numbers.
+
+    >>> sorted(metric_names('sum by (le) (rate(a_bucket{x="y"}[5m])) / on (job) b > 0.5 and c'))
+    ['a_bucket', 'b', 'c']
+    """
+    text = _STRING.sub('""', expr)
+    text = _MATCHERS.sub(" ", text)
+    text = _RANGE.sub(" ", text)
+    text = _GROUPING.sub(" ", text)
+    text = re.sub(r"\b\d+(?:\.\d+)?(?:e[+-]?\d+)?\b", " ", text, flags=re.IGNORECASE)
+    return {name for name in _IDENT.findall(text) if name not in _KEYWORDS and name.lower() not in {"inf", "nan"}}
+
+
+def load_yaml(path: Path) -> Any:
+    with path.open(encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    """The alerting rules of the rules file, in order."""
+    return [rule for group in load_yaml(RULES)["groups"] for rule in group["rules"] if "alert" in rule]
+
+
+def require_binary(name: str) -> str:
+    """A binary of Debian's `prometheus` package (promtool, prometheus); skips the test (fails it under
+    PLUMBLINE_REQUIRE_PROMETHEUS) when missing."""
+    found = shutil.which(name)
+    if found is None:
+        reason = f"{name} is not installed (apt-get install prometheus): the Prometheus tests need it"
+        if os.environ.get("PLUMBLINE_REQUIRE_PROMETHEUS", "") not in ("", "0"):
+            pytest.fail(reason + " and PLUMBLINE_REQUIRE_PROMETHEUS is set")
+        pytest.skip(reason)
+    return found
+
+
+def run_promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run promtool; its stdout and stderr together in `.stdout`."""
+    return subprocess.run(
+        [require_binary("promtool"), *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+        check=False,
+    )

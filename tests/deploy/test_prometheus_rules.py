@@ -1,0 +1,86 @@
+"""The Prometheus config and alert rules: promtool accepts them, every alert has a unit test that fires it
+and they all pass (deploy/prometheus/tests/plumbline_test.yml), and rules select only exported metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.deploy.helpers import (
+    KNOWN_METRICS,
+    PROMETHEUS_CONFIG,
+    RULE_TESTS,
+    RULES,
+    alert_rules,
+    load_yaml,
+    metric_names,
+    run_promtool,
+)
+
+
+def test_promtool_check_rules(tmp_path: Path) -> None:
+    result = run_promtool("check", "rules", str(RULES), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout
+
+
+def test_promtool_check_config_finds_the_rules(tmp_path: Path) -> None:
+    """rule_files is relative to the config file: run from elsewhere, it must still find the rules file
+    (a glob that matches nothing passes `check config` silently, hence the second assertion)."""
+    result = run_promtool("check", "config", str(PROMETHEUS_CONFIG), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout
+    assert f"Checking {RULES}" in result.stdout or "rules/plumbline.yml" in result.stdout, result.stdout
+    assert "SUCCESS: 1 rule files found" in result.stdout, result.stdout
+
+
+def test_promtool_unit_tests_pass(tmp_path: Path) -> None:
+    result = run_promtool("test", "rules", str(RULE_TESTS), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout
+
+
+def _exp_alerts_by_name() -> dict[str, list[dict[str, Any]]]:
+    """alertname -> the expected alerts of every `alert_rule_test` entry that expects it to fire."""
+    firing: dict[str, list[dict[str, Any]]] = {}
+    for test in load_yaml(RULE_TESTS)["tests"]:
+        for check in test.get("alert_rule_test", []):
+            if check.get("exp_alerts"):
+                firing.setdefault(check["alertname"], []).extend(check["exp_alerts"])
+    return firing
+
+
+def test_every_alert_has_a_firing_unit_test() -> None:
+    firing = _exp_alerts_by_name()
+    untested = [rule["alert"] for rule in alert_rules() if rule["alert"] not in firing]
+    assert not untested, f"alerts without an exp_alerts test in {RULE_TESTS.name}: {untested}"
+
+
+def test_unit_tests_check_labels_and_annotations() -> None:
+    for name, expected in _exp_alerts_by_name().items():
+        for alert in expected:
+            assert alert.get("exp_labels", {}).get("severity"), f"{name}: exp_labels lack severity"
+            assert set(alert.get("exp_annotations", {})) == {"summary", "description", "runbook"}, name
+
+
+def test_unit_tests_load_the_rules_file() -> None:
+    files = [(RULE_TESTS.parent / f).resolve() for f in load_yaml(RULE_TESTS)["rule_files"]]
+    assert files == [RULES.resolve()]
+
+
+def test_alert_names_are_unique() -> None:
+    names = [rule["alert"] for rule in alert_rules()]
+    assert len(names) == len(set(names)), names
+
+
+@pytest.mark.parametrize("rule", alert_rules(), ids=lambda rule: str(rule["alert"]))
+def test_alert_has_severity_summary_description_and_runbook(rule: dict[str, Any]) -> None:
+    assert rule["labels"]["severity"] in {"critical", "warning", "info"}
+    for key in ("summary", "description", "runbook"):
+        assert str(rule["annotations"].get(key, "")).strip(), f"{rule['alert']} lacks annotation {key}"
+
+
+@pytest.mark.parametrize("rule", alert_rules(), ids=lambda rule: str(rule["alert"]))
+def test_alert_selects_only_exported_metrics(rule: dict[str, Any]) -> None:
+    names = metric_names(rule["expr"])
+    assert names, f"{rule['alert']}: no metric found in {rule['expr']!r}"
+    assert names <= KNOWN_METRICS, f"{rule['alert']}: unknown metrics {sorted(names - KNOWN_METRICS)}"
