@@ -31,7 +31,7 @@ from eval.present import gate_json
 from eval.report import Report, build_report
 from eval.runner import Query, Run, new_run_id, run_set
 from eval.storage import RunStore, SetStore
-from service.errors import Busy, Cancelled, Conflict, NotReady, TimedOut, public
+from service.errors import Busy, Cancelled, Conflict, NotReady, StoreUnavailable, TimedOut, public
 from service.filters import FilterSpec
 from service.incidents import IncidentService
 from service.payload import head_point_id
@@ -515,7 +515,12 @@ class EvalGaugeCollector(Collector):
         for set_name, seconds in sorted(self._intervals.items()):
             interval.add_metric([set_name], seconds)
         service = self._service()
-        for set_name, m in sorted(service.monitored().items() if service is not None else ()):
+        try:
+            monitored = service.monitored() if service is not None else {}
+        except StoreUnavailable as exc:  # /metrics still answers, with the serving metrics; the eval gauges wait
+            log.warning("eval gauges left out of this scrape: %s", exc)
+            monitored = {}
+        for set_name, m in sorted(monitored.items()):
             ev = m.evaluation
             _add_scores(score, set_name, ev.report, cases)
             if m.baseline is not None:

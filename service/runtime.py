@@ -298,9 +298,9 @@ class Runtime:
             )
 
     def close(self) -> None:
-        self.scheduler.stop()
-        if self._evals is not None:
+        if self._evals is not None:  # first: a scheduled run in progress stops at its next batch too
             self._evals.shutdown()
+        self.scheduler.stop()
         self._ready.clear()
         if self.metrics:
             self.metrics.ready.set(0)

@@ -146,3 +146,39 @@ def test_ingest_and_eval_over_http(
         )
         == EXIT_BAD_INPUT
     )
+
+
+def test_a_monitoring_run_over_http_is_run_by_the_service_and_gates(
+    server: str, corpus: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import httpx
+
+    assert main(["ingest", str(corpus), "--url", server]) == EXIT_OK
+    httpx.put(f"{server}/eval/sets/mini", content=(corpus / "set.jsonl").read_text()).raise_for_status()
+    args = ["eval", "run", "--url", server, "--set", "mini", "--k", "1", "3", "--monitoring"]
+    capsys.readouterr()
+    assert main([*args, "--json"]) == EXIT_OK
+    first = json.loads(capsys.readouterr().out)
+    assert (first["kind"], first["status"], first["metrics"]["hit@3"]) == ("monitoring", "done", 1.0)
+    assert (
+        'plumbline_eval_metric{category="all",k="3",metric="hit",set="mini"} 1.0' in httpx.get(f"{server}/metrics").text
+    )
+    httpx.post(f"{server}/eval/baselines", json={"run_id": first["run_id"], "name": "mini"}).raise_for_status()
+    httpx.delete(f"{server}/documents/hr/leave").raise_for_status()
+    assert main(args) == EXIT_REGRESSION  # gated against the baseline named like the set
+    out = capsys.readouterr().out
+    assert "monitoring" in out
+    assert "gate: fail" in out
+    assert main([*args, "--override", "alpha=0"]) == EXIT_BAD_INPUT
+    assert "--monitoring replays a stored set" in capsys.readouterr().err
+
+
+def test_a_monitoring_run_in_process_is_stored_as_one(data_dir: Path, corpus: Path) -> None:
+    state = open_state(f"sqlite:///{data_dir / 'state.db'}")
+    state.put_set("mini", (corpus / "set.jsonl").read_text())
+    state.close()
+    assert main(["eval", "run", "--data-dir", str(data_dir), "--set", "mini", "--monitoring"]) == EXIT_OK
+    state = open_state(f"sqlite:///{data_dir / 'state.db'}")
+    kinds = [r.kind for r in RunStore(state).summaries(set_name="mini")]
+    state.close()
+    assert kinds == ["monitoring"]

@@ -164,3 +164,21 @@ def test_set_uploads_are_checked_against_the_search_filters(tmp_path: Path) -> N
     with pytest.raises(EvalError, match=r"s:2: filters .* tennant"):
         service.put_set("s", good + "\n" + bad + "\n")
     assert len(service.sets.get("s")) == 1
+
+
+def test_metrics_still_answer_when_the_state_store_is_unreachable(tmp_path: Path) -> None:
+    import shutil
+
+    from service.incidents import IncidentGaugeCollector
+
+    (tmp_path / "gone").mkdir()
+    state = open_state(f"sqlite:///{tmp_path / 'gone' / 'state.db'}")
+    service = EvalService(SetStore(state), RunStore(state), parse_filters)
+    registry = CollectorRegistry()
+    registry.register(EvalGaugeCollector(lambda: service, {"handbook": 3600}))
+    registry.register(IncidentGaugeCollector(lambda: state))
+    state.engine.dispose()
+    shutil.rmtree(tmp_path / "gone")  # the next connection cannot open the database
+    text = generate_latest(registry).decode()
+    assert 'plumbline_eval_schedule_interval_seconds{set="handbook"} 3600.0' in text
+    assert "plumbline_incidents" not in text
