@@ -266,29 +266,35 @@ def render(stack: Stack, out: Path, minutes: float) -> None:
     rows = (len(panels) + columns - 1) // columns
     fig, axes = plt.subplots(rows, columns, figsize=(6 * columns, 3.2 * rows), squeeze=False)
     for ax, panel in zip(axes.flat, panels, strict=False):
-        for title, expr in panel_queries({"panels": [panel]}):
-            del title
+        for target in panel["targets"]:
             response = httpx.get(
                 f"{stack.prometheus}/api/v1/query_range",
-                params={"query": expr, "start": end - minutes * 60, "end": end, "step": 2},
+                params={"query": substitute(target["expr"]), "start": end - minutes * 60, "end": end, "step": 2},
                 timeout=30,
             ).json()
             for series in response["data"]["result"]:
-                labels = {k: v for k, v in series["metric"].items() if k not in ("__name__", "job", "instance")}
                 xs = [(float(t) - end) / 60 for t, _ in series["values"]]
                 ys = [float(v) for _, v in series["values"]]
-                ax.plot(xs, ys, label=",".join(f"{k}={v}" for k, v in sorted(labels.items()))[:48] or expr[:40])
+                ax.plot(xs, ys, label=_legend(target.get("legendFormat", ""), series["metric"]))
         ax.set_title(panel["title"], fontsize=10)
         ax.set_xlabel("minutes ago", fontsize=8)
         ax.tick_params(labelsize=7)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=6, loc="best")
+        entries = len(ax.get_legend_handles_labels()[0])
+        if entries:
+            ax.legend(fontsize=5 if entries > 8 else 6, ncol=2 if entries > 8 else 1, loc="best")
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.suptitle("Plumbline dashboard panels, drawn with matplotlib from a real Prometheus (deploy/local_stack.py)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=80)
+
+
+def _legend(fmt: str, labels: dict[str, str]) -> str:
+    """A series' name as Grafana's `legendFormat` writes it (`{{category}}` is the label's value)."""
+    for name, value in labels.items():
+        fmt = fmt.replace("{{" + name + "}}", value)
+    return fmt or ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "__name__")
 
 
 def main(argv: list[str] | None = None) -> int:
