@@ -39,6 +39,7 @@ from service.errors import PlumblineError
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_ERROR = 0, 1, 2, 3
 POLL_SECONDS = 2.0  # how often `eval run --monitoring --url` asks for the run's progress
+POLL_GIVE_UP_SECONDS = 300.0  # how long it rides out failing polls before giving up
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -360,6 +361,27 @@ def _progress_bar(what: str) -> Iterator[Callable[[int, int], None]]:
         yield update
 
 
+def _poll(client: Any, url: str) -> dict[str, Any]:
+    """GET `url` as JSON, riding out a restarting replica or a busy moment (transport errors, 429, 5xx) for up to
+    POLL_GIVE_UP_SECONDS in a row."""
+    import httpx
+
+    give_up = time.monotonic() + POLL_GIVE_UP_SECONDS
+    while True:
+        try:
+            response = client.get(url)
+            if response.status_code < 500 and response.status_code != 429:
+                body: dict[str, Any] = response.json()
+                return body
+            problem = f"{response.status_code}: {response.text[:200]}"
+        except httpx.TransportError as exc:
+            problem = str(exc)
+        if time.monotonic() > give_up:
+            raise PlumblineError(f"{url} kept failing for {POLL_GIVE_UP_SECONDS:g} s; last: {problem}")
+        logging.getLogger("plumbline").warning("%s: %s; asking again", url, problem)
+        time.sleep(POLL_SECONDS)
+
+
 def _monitor_remote(args: argparse.Namespace, config: GateConfig) -> int:
     """Ask a running service for a monitoring run in the background, follow its progress, print its report."""
     from eval.http import no_delay_client
@@ -384,7 +406,7 @@ def _monitor_remote(args: argparse.Namespace, config: GateConfig) -> int:
         logging.getLogger("plumbline").info("monitoring run %s started on %s", run_id, url)
         last = -1
         while True:
-            state = client.get(f"{url}/eval/runs/{run_id}").json()
+            state = _poll(client, f"{url}/eval/runs/{run_id}")
             if state.get("status") != "running":
                 break
             done, total = state["progress"]["done"], state["progress"]["total"]

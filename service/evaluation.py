@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,7 +31,7 @@ from eval.present import gate_json
 from eval.report import Report, build_report
 from eval.runner import Query, Run, new_run_id, run_set
 from eval.storage import RunStore, SetStore
-from service.errors import Busy, Cancelled, Conflict, NotReady, StoreUnavailable, TimedOut, public
+from service.errors import Busy, Cancelled, Conflict, NotReady, PlumblineError, StoreUnavailable, TimedOut, public
 from service.filters import FilterSpec
 from service.incidents import IncidentService
 from service.payload import head_point_id
@@ -186,6 +186,8 @@ class EvalService:
         the CLI). `if_older_than` (seconds): run only if the set's latest monitoring run is older, checked under
         the set's lease, so that replicas sharing a schedule run it once; None if it was not due. `limited`: stop
         past the `timeout` (a caller waiting on HTTP). `progress(done, total)` is called before each batch."""
+        if if_older_than is not None and not self.monitoring_due(spec.set_name, if_older_than):
+            return None  # the cheap check first; it is made again under the lease
         spec, cases, reference = self._prepare(spec)
         with self._slot(), self._monitoring_lease(spec):
             if if_older_than is not None and not self.monitoring_due(spec.set_name, if_older_than):
@@ -200,49 +202,49 @@ class EvalService:
             raise NotReady("background runs need the state store")
         spec, cases, reference = self._prepare(spec)
         run_id = new_run_id()
-        slot = self._slot()
-        lease = self._monitoring_lease(spec)
-        slot.__enter__()
-        try:
-            lease.__enter__()
+        held = ExitStack()  # the slot and the lease, handed to the thread, which releases them when the run ends
+        with held:
+            held.enter_context(self._slot())
+            held.enter_context(self._monitoring_lease(spec))
             self.jobs.start(run_id, spec.set_name, spec.kind, len(cases), self.owner)
-        except BaseException:
-            lease.__exit__(None, None, None)
-            slot.__exit__(None, None, None)
-            raise
+            held = held.pop_all()
 
         def work() -> None:
-            try:
-                self._execute(spec, cases, reference, run_id=run_id, deadline=None)
-            except Exception as exc:  # the job records it; nobody waits on this thread
-                cancelled = isinstance(exc, Cancelled)
-                if not cancelled:
-                    log.exception("eval run %s failed", run_id)
-                self._finish_job(run_id, "cancelled" if cancelled else "failed", public(str(exc)))
-            finally:
-                lease.__exit__(None, None, None)
-                slot.__exit__(None, None, None)
+            with held:
+                try:
+                    self._execute(spec, cases, reference, run_id=run_id, deadline=None)
+                except Exception as exc:  # the job records it; nobody waits on this thread
+                    cancelled = isinstance(exc, Cancelled)
+                    if not cancelled:
+                        log.exception("eval run %s failed", run_id)
+                    self._finish_job(run_id, "cancelled" if cancelled else "failed", public(str(exc)))
 
         thread = threading.Thread(target=work, name=f"plumbline-eval-{run_id}", daemon=True)
-        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
+        with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         return run_id
 
     def job(self, run_id: str) -> Job | None:
         return self.jobs.get(run_id) if self.jobs is not None else None
 
     def cancel(self, run_id: str) -> None:
-        """Ask a background run to stop; it does before its next batch of questions (on whichever replica runs it)."""
-        if self.jobs is None or not self.jobs.cancel(run_id):
-            job = self.job(run_id)
-            if job is None:
-                self.runs.get(run_id)  # UnknownName (404) for an id nothing knows
-            raise Conflict(f"run {run_id} is not running ({job.status if job else 'done'}): there is nothing to cancel")
+        """Ask a background run to stop; it does before its next batch of questions, or before it is stored (on
+        whichever replica runs it). A run that is not running (finished, or lost with its replica) is a 409."""
+        job = self.job(run_id)
+        if job is None:
+            self.runs.get(run_id)  # UnknownName (404) for an id nothing knows
+            raise Conflict(f"run {run_id} is not a background run in progress: there is nothing to cancel")
+        if job.status != "running" or self.jobs is None or not self.jobs.cancel(run_id):
+            raise Conflict(f"run {run_id} is not running ({job.status}): there is nothing to cancel")
 
     def wait(self, timeout: float | None = None) -> None:
-        """Wait for this process's background runs to end."""
-        for thread in list(self._threads):
-            thread.join(timeout)
+        """Wait up to `timeout` seconds in all for this process's background runs to end."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop this process's background runs at their next batch (their jobs read `cancelled`), and wait."""
@@ -304,7 +306,10 @@ class EvalService:
         finally:
             with self._lock:
                 self._leased.discard(name)
+            try:
                 self.leases.release(name, self.owner)
+            except PlumblineError as exc:  # the store is down: the lease expires by itself
+                log.warning("could not release lease %s: %s", name, exc)
 
     def monitoring_due(self, set_name: str, interval: float) -> bool:
         """True if the set has no monitoring run, or its latest started over `interval` seconds ago."""
@@ -328,6 +333,7 @@ class EvalService:
         deadline or a cancel), gate, store the run with its verdict, record its incident outcomes. Only runs
         of the served configuration (not experiments) decide that an incident passed, so that it can regress."""
         retriever = PipelineRetriever(spec.pipeline, spec.base, self.parse_filters)
+        check = self._progress(spec, run_id, deadline, progress)
         run = run_set(
             cases,
             retriever,
@@ -335,9 +341,10 @@ class EvalService:
             ks=spec.ks,
             unit=spec.unit,
             params=spec.params_record,
-            before_batch=self._progress(spec, run_id, deadline, progress),
+            before_batch=check,
             run_id=run_id,
         )
+        check(len(cases), len(cases))  # once more before it is stored: a cancel, the lease, the deadline
         run = replace(run, kind=spec.kind)
         outcomes = self._incident_outcomes(run)
         run = replace(run, incident_outcomes={f"{CASE_PREFIX}{i}": outcome for i, outcome in outcomes.items()})
@@ -347,10 +354,9 @@ class EvalService:
             run = replace(run, gate={**gate_json(gate), "baseline": baseline})
         self.reserve_space(4096 * len(run.cases))
         self.runs.save(run)
+        self._finish_job(run_id, "done")  # stored: its report is what GET /eval/runs/{id} shows from now on
         if self.incidents is not None and spec.kind != "experiment":
             self.incidents.records.record_outcomes(run.run_id, outcomes)
-        if self.jobs is not None and self.jobs.get(run_id) is not None:
-            self._finish_job(run_id, "done")
         log.info(
             "eval run %s (%s, set %s) finished: %d cases, gate %s",
             run_id,
@@ -369,6 +375,7 @@ class EvalService:
         start = time.monotonic()
         last_log = start
         tracked = self.jobs is not None and self.jobs.get(run_id) is not None
+        leases = self.leases if spec.kind == "monitoring" else None
 
         def check(done: int, total: int) -> None:
             nonlocal last_log
@@ -383,8 +390,9 @@ class EvalService:
                 raise Cancelled(f"run {run_id} was cancelled after {done} of {total} cases")
             if self._stopping.is_set():
                 raise Cancelled(f"run {run_id} stopped after {done} of {total} cases: the service is shutting down")
-            if spec.kind == "monitoring" and self.leases is not None:
-                self.leases.acquire(f"monitoring:{spec.set_name}", self.owner, LEASE_SECONDS)
+            # renew the lease; if it expired and another replica took it, that one runs the set now
+            if leases is not None and not leases.acquire(f"monitoring:{spec.set_name}", self.owner, LEASE_SECONDS):
+                raise Busy(f"run {run_id} lost the lease of set {spec.set_name!r} after {done} of {total} cases")
             if report is not None:
                 report(done, total)
             if now - last_log >= PROGRESS_LOG_SECONDS:
@@ -395,6 +403,7 @@ class EvalService:
         return check
 
     def _finish_job(self, run_id: str, status: str, error: str | None = None) -> None:
+        """Record how a background run ended (a no-op for a run without a job); a job already done stays done."""
         if self.jobs is None:
             return
         try:
@@ -453,7 +462,12 @@ class EvalService:
     def monitored(self) -> dict[str, Monitored]:
         """The latest monitoring run of each set, from the state store, so that every replica shows the same.
         A run's record is read once, when it becomes the latest; a scrape otherwise costs one small query."""
-        latest = self.runs.latest_ids("monitoring")
+        try:
+            latest = self.runs.latest_ids("monitoring")
+        except StoreUnavailable as exc:  # keep showing what was last read: a store blip must not clear alerts
+            log.warning("the latest monitoring runs could not be read, the gauges show the last known: %s", exc)
+            with self._lock:
+                return dict(self._monitored)
         with self._lock:
             for set_name, run_id in latest.items():
                 if set_name not in self._monitored or self._monitored[set_name].evaluation.run.run_id != run_id:
@@ -515,12 +529,7 @@ class EvalGaugeCollector(Collector):
         for set_name, seconds in sorted(self._intervals.items()):
             interval.add_metric([set_name], seconds)
         service = self._service()
-        try:
-            monitored = service.monitored() if service is not None else {}
-        except StoreUnavailable as exc:  # /metrics still answers, with the serving metrics; the eval gauges wait
-            log.warning("eval gauges left out of this scrape: %s", exc)
-            monitored = {}
-        for set_name, m in sorted(monitored.items()):
+        for set_name, m in sorted(service.monitored().items() if service is not None else ()):
             ev = m.evaluation
             _add_scores(score, set_name, ev.report, cases)
             if m.baseline is not None:

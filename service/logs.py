@@ -1,8 +1,8 @@
 """Logging: one JSON object per line (for log collectors) or plain text (for a terminal), and the request id.
 
 The HTTP middleware (`service.api.app`) sets `request_id` for each request, from `X-Request-ID` when the caller
-sent a usable one, and logs one `request` line per request; every line logged while a request is handled
-carries its id.
+sent a usable one, and logs one `request` line per request; every record created while a request is handled
+carries its id (`stamp_request_ids`).
 """
 
 from __future__ import annotations
@@ -58,19 +58,26 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False, default=str)
 
 
-class RequestIdFilter(logging.Filter):
-    """Stamps each record with the id of the request being handled when it was logged (if any)."""
+def stamp_request_ids() -> None:
+    """Make every log record carry `request_id`: the id of the request being handled where it was created, or
+    None. Installed once (by `create_app` and `configure`), whatever handlers come and go."""
+    previous = logging.getLogRecordFactory()
+    if getattr(previous, "stamps_request_id", False):
+        return
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        if getattr(record, "request_id", None) is None:
-            record.request_id = request_id.get()
-        return True
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        record.request_id = request_id.get()
+        return record
+
+    factory.stamps_request_id = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)
 
 
 def configure(fmt: str = "text", level: int = logging.INFO) -> None:
     """Send every logger's lines to stderr as `fmt` ("json" or "text"), replacing earlier handlers."""
+    stamp_request_ids()
     handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(RequestIdFilter())
     handler.setFormatter(
         JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )

@@ -165,7 +165,8 @@ class Runtime:
     def _monitor(self, set_name: str, interval: float) -> bool:
         """The scheduler's run: set `set_name` over the served configuration, if due; True if it ran."""
         spec = run_spec(SearchOptions(), self.settings, self.pipeline, set_name=set_name, monitoring=True)
-        return self.evals.evaluate(spec, if_older_than=interval) is not None
+        # no HTTP caller waits on it: a large set may take longer than PLUMBLINE_EVAL_TIMEOUT_SECONDS
+        return self.evals.evaluate(spec, if_older_than=interval, limited=False) is not None
 
     def _open_state(self) -> None:
         """Open and migrate the state store (importing a file-layout data directory once) and build the services
@@ -217,11 +218,15 @@ class Runtime:
         return self.ready
 
     def _warm_up_logged(self) -> None:
+        """The server's start (`start`): warm up, then schedule the monitoring runs. A CLI that warms up a runtime
+        of its own (`eval run`, `doctor`, `ingest`) runs no schedule."""
         try:
             self.warm_up()
         except Exception as exc:
             self.error = f"warm-up failed: {exc}"
             log.exception("warm-up failed")
+            return
+        self.scheduler.start()
 
     def warm_up(self, *, check: bool = True) -> None:
         """Take the lock, load the models, open the store, run the integrity check (unless `check` is off:
@@ -275,7 +280,6 @@ class Runtime:
         log.info("ready: %d documents, %d chunks", index.documents(), index.chunks())
         if self.metrics:
             self.metrics.ready.set(1)
-        self.scheduler.start()
 
     def _preload(self, index: Index, folder: Path) -> None:
         """Ingest `folder` in small batches, logging the progress after each (the first start's long minute)."""

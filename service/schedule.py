@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 
 from service.errors import Busy
 
 log = logging.getLogger("plumbline")
+RETRY_SECONDS = 60.0  # the first retry of a failed scheduled run; doubled after each further failure
 
 
 class Scheduler:
@@ -26,9 +28,17 @@ class Scheduler:
         []
     """
 
-    def __init__(self, intervals: Mapping[str, float], run: Callable[[str, float], bool]) -> None:
+    def __init__(
+        self,
+        intervals: Mapping[str, float],
+        run: Callable[[str, float], bool],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.intervals = dict(intervals)
         self._run = run
+        self._clock = clock
+        self._failures: dict[str, int] = {}  # consecutive failed runs of a set
+        self._retry_at: dict[str, float] = {}  # a failed set is retried with backoff, not on every tick
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         # often enough to notice a due set well within its interval, rarely enough to cost nothing
@@ -38,13 +48,21 @@ class Scheduler:
         """Run every set that is due (and whose lease this replica gets); the sets run."""
         ran = []
         for set_name, interval in sorted(self.intervals.items()):
+            if self._clock() < self._retry_at.get(set_name, float("-inf")):
+                continue
             try:
                 if self._run(set_name, interval):
                     ran.append(set_name)
             except Busy as exc:  # another replica (or a manual monitoring run) has it, or no slot is free
                 log.debug("scheduled run of %s skipped: %s", set_name, exc)
-            except Exception:  # keep the schedule going: the next tick retries
-                log.exception("scheduled run of %s failed", set_name)
+            except Exception:  # keep the schedule going; retry after 1, 2, 4... minutes, at most the interval
+                failures = self._failures[set_name] = self._failures.get(set_name, 0) + 1
+                delay = min(interval, RETRY_SECONDS * 2 ** (failures - 1))
+                self._retry_at[set_name] = self._clock() + delay
+                log.exception("scheduled run of %s failed (%d in a row); retrying in %.0f s", set_name, failures, delay)
+            else:
+                self._failures.pop(set_name, None)
+                self._retry_at.pop(set_name, None)
         return ran
 
     def start(self) -> None:

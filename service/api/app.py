@@ -22,6 +22,7 @@ from service.observability import IndexSizeCollector, ServiceMetrics
 from service.runtime import Components, Runtime
 from service.settings import Settings
 
+log = logging.getLogger("plumbline")
 access = logging.getLogger("plumbline.access")
 
 
@@ -39,6 +40,7 @@ def create_app(
         >>> app.url_path_for("ready")
         '/health/ready'
     """
+    logs.stamp_request_ids()
     registry = registry or CollectorRegistry()
     metrics = ServiceMetrics(registry)
     runtime = Runtime(settings, components, metrics, preload)
@@ -83,10 +85,9 @@ def create_app(
         else:
             try:
                 response = await call_next(request)
-            except Exception:  # an unhandled error becomes a 500: count it before it propagates
-                _observe(request, 500, start)
-                logs.request_id.reset(token)
-                raise
+            except Exception:  # nothing mapped it: a 500 answered here, logged and counted with the request id
+                log.exception("unhandled error in %s %s", request.method, request.url.path)
+                response = errors.internal_error()
         _observe(request, response.status_code, start)
         response.headers["X-Request-ID"] = rid
         logs.request_id.reset(token)
@@ -98,8 +99,7 @@ def create_app(
         metrics.observe_request(endpoint, request.method, status, seconds)
         client = request.client.host if request.client else None
         fields = {"method": request.method, "path": request.url.path, "endpoint": endpoint, "status": status}
-        timing = {"duration_ms": round(seconds * 1000, 2), "client": client, "request_id": logs.request_id.get()}
-        access.info("request", extra={**fields, **timing})
+        access.info("request", extra={**fields, "duration_ms": round(seconds * 1000, 2), "client": client})
 
     return app
 

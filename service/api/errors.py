@@ -98,6 +98,14 @@ def _respond(code: int, message: str) -> JSONResponse:
     return JSONResponse({"detail": message}, status_code=code, headers=headers)
 
 
+def internal_error() -> JSONResponse:
+    """The 500 for an exception nothing mapped (the middleware logs it with the request id)."""
+    return JSONResponse(
+        {"detail": "internal error: the service could not handle this request; its log line (X-Request-ID) says why"},
+        status_code=500,
+    )
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

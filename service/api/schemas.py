@@ -268,12 +268,14 @@ class EvalRunRequest(_Strict):
     include_cases: bool = True
     monitoring: bool = Field(
         False,
+        strict=True,
         description="a monitoring run of the served configuration (no overrides): it feeds the Prometheus gauges "
         "and alerts, one replica at a time, gated against the baseline named like the set unless `baseline` says",
     )
     run_async: bool = Field(
         False,
         alias="async",
+        strict=True,
         description="answer 202 with the run id at once; GET /eval/runs/{id} shows progress, then the report",
     )
 
@@ -401,7 +403,7 @@ class EvalJobOut(BaseModel):
 
     run_id: str
     status: Literal["running", "failed", "cancelled", "lost"] = Field(
-        description="lost: the replica running it stopped answering (its heartbeat is older than two minutes)"
+        description="lost: the replica running it stopped answering (its heartbeat is older than ten minutes)"
     )
     kind: Literal["monitoring", "manual", "experiment"]
     set: str

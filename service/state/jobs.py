@@ -19,7 +19,9 @@ from service.state import schema as t
 from service.state.schema import iso, now_iso
 from service.state.tx import upsert, writing
 
-LOST_AFTER = 120.0  # seconds without a heartbeat before a running job counts as lost
+# seconds without a heartbeat before a running job counts as lost: well past the slowest batch of 64 questions
+# (a reranked batch on 2 busy cores takes about a minute)
+LOST_AFTER = 600.0
 
 
 @dataclass(frozen=True)
@@ -70,12 +72,13 @@ class JobRecords:
             return bool(conn.scalar(select(t.jobs.c.cancel).where(t.jobs.c.run_id == run_id)))
 
     def finish(self, run_id: str, status: str, error: str | None = None) -> None:
+        """Record how a running job ended; a job that already ended keeps its end (a run stored is done)."""
         now = now_iso()
         values: dict[str, object] = {"status": status, "error": error, "finished_at": now, "heartbeat_at": now}
         if status == "done":
             values["done"] = t.jobs.c.total
         with writing(self.engine) as conn:
-            conn.execute(update(t.jobs).where(t.jobs.c.run_id == run_id).values(**values))
+            conn.execute(update(t.jobs).where(t.jobs.c.run_id == run_id, t.jobs.c.status == "running").values(**values))
 
     def cancel(self, run_id: str) -> bool:
         """Ask a running job to stop; False if it is not running (finished, or unknown)."""

@@ -4,26 +4,28 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
-from service.logs import JsonFormatter, RequestIdFilter, new_request_id, request_id
+from service.embedding import Matrix
+from service.logs import JsonFormatter, new_request_id, request_id, stamp_request_ids
 from service.runtime import Components, Runtime
 from service.settings import Settings
 from tests.fakes import FakeEmbedder
 
 
 def test_a_json_line_carries_the_request_id_and_the_request_fields() -> None:
-    record = logging.LogRecord("plumbline.access", logging.INFO, "", 0, "request", (), None)
-    record.status, record.endpoint, record.duration_ms = 422, "/search", 1.5
+    stamp_request_ids()
     token = request_id.set("abc-123")
     try:
-        RequestIdFilter().filter(record)
+        record = logging.getLogRecordFactory()("plumbline.access", logging.INFO, "", 0, "request", (), None)
     finally:
         request_id.reset(token)
+    record.status, record.endpoint, record.duration_ms = 422, "/search", 1.5
     line = JsonFormatter().format(record)
     assert "\n" not in line
     obj = json.loads(line)
@@ -82,3 +84,34 @@ def test_the_start_up_ingest_logs_its_progress(tmp_path: Path, caplog: pytest.Lo
     progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("preloading")]
     assert [line.split(": ")[1].split(",")[0] for line in progress] == ["16/20 documents", "20/20 documents"]
     assert "chunks/s" in progress[-1]
+
+
+class ExplodingFakeEmbedder(FakeEmbedder):
+    """Raises an error nothing maps for one query: the service's last line of defence."""
+
+    def embed_queries(self, texts: Sequence[str]) -> Matrix:
+        if "explode" in texts:
+            raise RuntimeError("kaboom")
+        return super().embed_queries(texts)
+
+
+def test_an_unhandled_error_is_a_500_that_carries_the_request_id_in_its_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = create_app(
+        Settings(data_dir=tmp_path / "data"), components=Components(embedder=lambda _: ExplodingFakeEmbedder())
+    )
+    with TestClient(app, raise_server_exceptions=False) as c:
+        assert app.state.runtime.wait(timeout=60)
+        with caplog.at_level(logging.INFO):
+            response = c.post("/search", json={"query": "explode", "k": 1}, headers={"X-Request-ID": "boom-1"})
+    assert response.status_code == 500
+    assert response.headers["x-request-id"] == "boom-1"
+    assert "log line" in response.json()["detail"]
+    assert "kaboom" not in response.text
+    [error] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert error.request_id == "boom-1"  # type: ignore[attr-defined]
+    assert error.exc_info is not None
+    assert "kaboom" in str(error.exc_info[1])
+    [line] = [r for r in caplog.records if r.name == "plumbline.access"]
+    assert (line.status, line.request_id) == (500, "boom-1")  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
 from eval.cases import dump_jsonl
+from eval.errors import UnknownName
 from eval.gate import GateConfig
 from eval.present import report_json
 from eval.report import build_report
@@ -102,10 +103,10 @@ def list_runs(
 def get_run(run_id: str, evals: EvalsDep, include_cases: bool = True) -> dict[str, Any] | EvalJobOut:
     """A finished run's report; for a run still going (or one that ended without a report), its status and
     progress."""
-    job = evals.job(run_id)
-    if job is not None and job.status != "done":
+    try:
+        run = evals.runs.get(run_id)
+    except UnknownName:  # not stored (yet): a run in progress, or one that ended without a report
         return _job_out(evals, run_id)
-    run = evals.runs.get(run_id)
     return report_json(run, build_report(run), None, cases=include_cases)
 
 
@@ -120,7 +121,7 @@ def cancel_run(run_id: str, evals: EvalsDep) -> EvalJobOut:
 def _job_out(evals: EvalService, run_id: str) -> EvalJobOut:
     job = evals.job(run_id)
     if job is None:
-        raise NotFound(f"no run in progress with id {run_id!r}")
+        raise NotFound(f"no run with id {run_id!r}")
     return EvalJobOut(
         run_id=job.run_id,
         status=job.status if job.status != "done" else "running",  # a report is what a finished run shows

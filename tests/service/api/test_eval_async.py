@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from service.api.app import create_app
 from service.evaluation import EvalService
@@ -108,3 +109,15 @@ def test_a_monitoring_run_in_progress_refuses_a_second_one(client: TestClient, e
     evals(client).wait(30)
     assert client.get(f"/eval/runs/{first.json()['run_id']}").json()["kind"] == "monitoring"
     assert 'plumbline_eval_cases{category="all",set="big"} 130.0' in client.get("/metrics").text
+
+
+def test_a_lost_run_cannot_be_cancelled_and_async_takes_only_a_boolean(client: TestClient) -> None:
+    state = client.app.state.runtime.state  # type: ignore[attr-defined]
+    state.jobs.start("20260101T000000000000-dead00", "big", "manual", 130, "a replica that died")
+    with state.engine.begin() as conn:
+        conn.execute(text("UPDATE eval_jobs SET heartbeat_at = '2020-01-01T00:00:00.000000Z'"))
+    assert client.get("/eval/runs/20260101T000000000000-dead00").json()["status"] == "lost"
+    refused = client.post("/eval/runs/20260101T000000000000-dead00/cancel")
+    assert refused.status_code == 409
+    assert "not running (lost)" in refused.json()["detail"]
+    assert client.post("/eval/run", json={"set": "big", "async": "yes"}).status_code == 422

@@ -201,9 +201,10 @@ def test_a_job_reports_progress_takes_a_cancel_and_records_its_end(state: StateS
     assert state.jobs.get("nope") is None
     state.jobs.start("r2", "s", "manual", 10, "me")
     state.jobs.finish("r2", "done")
+    state.jobs.finish("r2", "failed", "a step after the run was stored")  # stored means done
     done = state.jobs.get("r2")
     assert done is not None
-    assert (done.status, done.done) == ("done", 10)
+    assert (done.status, done.done, done.error) == ("done", 10, None)
 
 
 def test_a_running_job_whose_heartbeat_stopped_reads_as_lost(state: StateStore) -> None:
