@@ -293,10 +293,10 @@ class EvalService:
             return
         name = f"monitoring:{spec.set_name}"
         with self._lock:  # the lease is this process's: a second run here must not take it over
-            mine = name in self._leased or not self.leases.acquire(name, self.owner, LEASE_SECONDS)
-            if not mine:
+            taken = name in self._leased or not self.leases.acquire(name, self.owner, LEASE_SECONDS)
+            if not taken:
                 self._leased.add(name)
-        if mine:
+        if taken:
             raise Busy(
                 f"a monitoring run of set {spec.set_name!r} is already in progress "
                 f"({self.leases.holder(name) or 'another replica'}); it will refresh the gauges when it ends"
