@@ -212,7 +212,7 @@ class EvalService:
         def work() -> None:
             with held:
                 try:
-                    self._execute(spec, cases, reference, run_id=run_id, deadline=None)
+                    self._execute(spec, cases, reference, run_id=run_id, deadline=None, jobs=self.jobs)
                 except Exception as exc:  # the job records it; nobody waits on this thread
                     cancelled = isinstance(exc, Cancelled)
                     if not cancelled:
@@ -328,12 +328,13 @@ class EvalService:
         run_id: str,
         deadline: float | None,
         progress: Callable[[int, int], None] | None = None,
+        jobs: JobRecords | None = None,
     ) -> Evaluation:
         """The one orchestration of an eval run: replay (reporting progress, renewing the lease, honouring a
         deadline or a cancel), gate, store the run with its verdict, record its incident outcomes. Only runs
         of the served configuration (not experiments) decide that an incident passed, so that it can regress."""
         retriever = PipelineRetriever(spec.pipeline, spec.base, self.parse_filters)
-        check = self._progress(spec, run_id, deadline, progress)
+        check = self._progress(spec, run_id, deadline, progress, jobs)
         run = run_set(
             cases,
             retriever,
@@ -354,7 +355,8 @@ class EvalService:
             run = replace(run, gate={**gate_json(gate), "baseline": baseline})
         self.reserve_space(4096 * len(run.cases))
         self.runs.save(run)
-        self._finish_job(run_id, "done")  # stored: its report is what GET /eval/runs/{id} shows from now on
+        if jobs is not None:  # stored: its report is what GET /eval/runs/{id} shows from now on
+            self._finish_job(run_id, "done")
         if self.incidents is not None and spec.kind != "experiment":
             self.incidents.records.record_outcomes(run.run_id, outcomes)
         log.info(
@@ -368,13 +370,17 @@ class EvalService:
         return Evaluation(run, build_report(run), gate, tuple(unknown_documents(spec.pipeline.store, cases)))
 
     def _progress(
-        self, spec: RunSpec, run_id: str, deadline: float | None, report: Callable[[int, int], None] | None
+        self,
+        spec: RunSpec,
+        run_id: str,
+        deadline: float | None,
+        report: Callable[[int, int], None] | None,
+        jobs: JobRecords | None,
     ) -> Callable[[int, int], None]:
-        """Before each batch: stop past the deadline; for a background run, record progress and stop if cancelled;
-        for a monitoring run, renew the lease; log the progress every PROGRESS_LOG_SECONDS."""
+        """Before each batch: stop past the deadline; for a background run (its `jobs` given), record progress and
+        stop if cancelled; for a monitoring run, renew the lease; log the progress every PROGRESS_LOG_SECONDS."""
         start = time.monotonic()
         last_log = start
-        tracked = self.jobs is not None and self.jobs.get(run_id) is not None
         leases = self.leases if spec.kind == "monitoring" else None
 
         def check(done: int, total: int) -> None:
@@ -386,7 +392,7 @@ class EvalService:
                     's (PLUMBLINE_EVAL_TIMEOUT_SECONDS); evaluate a smaller set, run it with "async": true, or use '
                     "`plumbline eval run`"
                 )
-            if tracked and self.jobs is not None and self.jobs.progress(run_id, done):
+            if jobs is not None and jobs.progress(run_id, done):
                 raise Cancelled(f"run {run_id} was cancelled after {done} of {total} cases")
             if self._stopping.is_set():
                 raise Cancelled(f"run {run_id} stopped after {done} of {total} cases: the service is shutting down")
