@@ -1,8 +1,8 @@
 """A real PostgreSQL server for tests, from Debian's `postgresql` package, in a temp dir on a free port.
 
 PostgreSQL refuses to run as root: as root, the server runs as the `postgres` user (`runuser`). Where the
-binaries are missing the tests that need it skip, saying why, except when PLUMBLINE_REQUIRE_POSTGRES=1
-(`.ci/run` sets it): then a missing server is a failure, so CI can never skip them silently.
+binaries are missing the tests that need it skip, saying why, except when PLUMBLINE_REQUIRE_POSTGRES is set
+(`.ci/run` sets it to 1): then a missing server is a failure, so CI can never skip them silently.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -18,8 +17,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
 from sqlalchemy import create_engine, text
+
+from deploy.local_stack import free_port
+from tests.needs import missing
 
 
 def binaries() -> Path | None:
@@ -31,27 +32,21 @@ def binaries() -> Path | None:
     return Path(candidates[0]).parent if candidates else None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def postgres_server() -> Iterator[str]:
     """Start a throwaway server; yield its SQLAlchemy URL; stop it and remove its files."""
     bin_dir = binaries()
     if bin_dir is None:
-        reason = "PostgreSQL is not installed (apt-get install postgresql): the PostgreSQL contract tests need it"
-        if os.environ.get("PLUMBLINE_REQUIRE_POSTGRES") == "1":
-            pytest.fail(reason + " and PLUMBLINE_REQUIRE_POSTGRES=1")
-        pytest.skip(reason)
+        missing(
+            "PostgreSQL is not installed (apt-get install postgresql): the PostgreSQL contract tests need it",
+            "PLUMBLINE_REQUIRE_POSTGRES",
+        )
     as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
     root = Path(tempfile.mkdtemp(prefix="plumbline-pg-"))
     data = root / "data"
     if as_user:
         shutil.chown(root, "postgres")
-    port = _free_port()
+    port = free_port()
     run = [*as_user]
     subprocess.run(
         [*run, str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"],

@@ -7,15 +7,15 @@ failure, so CI can never skip them silently (the same pattern as PLUMBLINE_REQUI
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
+
+from tests.needs import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
@@ -84,10 +84,10 @@ def require_binary(name: str) -> str:
     PLUMBLINE_REQUIRE_PROMETHEUS) when missing."""
     found = shutil.which(name)
     if found is None:
-        reason = f"{name} is not installed (apt-get install prometheus): the Prometheus tests need it"
-        if os.environ.get("PLUMBLINE_REQUIRE_PROMETHEUS", "") not in ("", "0"):
-            pytest.fail(reason + " and PLUMBLINE_REQUIRE_PROMETHEUS is set")
-        pytest.skip(reason)
+        missing(
+            f"{name} is not installed (apt-get install prometheus): the Prometheus tests need it",
+            "PLUMBLINE_REQUIRE_PROMETHEUS",
+        )
     return found
 
 

@@ -1,0 +1,16 @@
+"""What a test does when a system binary it needs is missing: skip, saying why, or fail where CI says the
+binary must be there (`.ci/run` sets PLUMBLINE_REQUIRE_POSTGRES and PLUMBLINE_REQUIRE_PROMETHEUS)."""
+
+from __future__ import annotations
+
+import os
+from typing import NoReturn
+
+import pytest
+
+
+def missing(reason: str, required_by: str) -> NoReturn:
+    """Skip with `reason`; fail instead when the environment variable `required_by` is set (not "" or "0")."""
+    if os.environ.get(required_by, "") not in ("", "0"):
+        pytest.fail(f"{reason} and {required_by} is set")
+    pytest.skip(reason)
