@@ -13,3 +13,7 @@ class UnknownName(EvalError, LookupError):
 
 class AlreadyExists(EvalError):
     """A baseline by that name exists, and replacing it was not asked for."""
+
+
+class ReadOnly(EvalError):
+    """A set or baseline that ships with the code cannot be replaced, only deliberately shadowed."""

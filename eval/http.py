@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -13,11 +14,19 @@ from eval.matching import Retrieved
 from eval.runner import Query
 
 
+def api_key_headers() -> dict[str, str]:
+    """The API key a command-line client sends, from `PLUMBLINE_API_KEY` (none if unset: a service with auth off)."""
+    key = os.environ.get("PLUMBLINE_API_KEY", "").strip()
+    return {"X-API-Key": key} if key else {}
+
+
 def no_delay_client(timeout: float = 60.0) -> httpx.Client:
-    """An httpx client with TCP_NODELAY: without it a POST's headers and body wait on delayed ACKs,
-    adding about 40 ms to every request on Linux (measured by benchmarks/speed.py)."""
+    """An httpx client with TCP_NODELAY, sending the API key of `PLUMBLINE_API_KEY`. Without TCP_NODELAY a POST's
+    headers and body wait on delayed ACKs, adding about 40 ms to every request on Linux (benchmarks/speed.py)."""
     nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-    return httpx.Client(timeout=timeout, transport=httpx.HTTPTransport(socket_options=nodelay))
+    return httpx.Client(
+        timeout=timeout, transport=httpx.HTTPTransport(socket_options=nodelay), headers=api_key_headers()
+    )
 
 
 class HttpRetriever:

@@ -94,6 +94,7 @@ class Run:
     cases: tuple[CaseResult, ...]
     gate: Mapping[str, Any] | None = None  # the verdict against a baseline, when the run was gated
     kind: str = "manual"  # one of KINDS
+    tenant: str | None = None  # the tenant a tenant-bound caller confined the run to; None: every tenant
     # incident cases (eval.incidents): case id -> "passed", "failed" or "regressed" (failed, having passed before)
     incident_outcomes: Mapping[str, str] = field(default_factory=dict)
 

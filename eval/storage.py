@@ -7,6 +7,7 @@ are read-only seeds; the service keeps its own in its state store (`Records`) an
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from eval.cases import Case, Label, dump_jsonl, load_cases, parse_jsonl
-from eval.errors import AlreadyExists, EvalError, UnknownName
+from eval.errors import AlreadyExists, EvalError, ReadOnly, UnknownName
 from eval.faults import crash_point
 from eval.matching import Retrieved
 from eval.report import mean_metrics
@@ -66,9 +67,13 @@ class Records(Protocol):
     def get_set(self, name: str) -> str | None: ...
     def put_set(self, name: str, body: str) -> None: ...
     def set_names(self) -> list[str]: ...
-    def save_run(self, run_id: str, set_name: str, created_at: str, summary: str, record: str, kind: str) -> None: ...
+    def save_run(
+        self, run_id: str, set_name: str, created_at: str, summary: str, record: str, kind: str, tenant: str | None
+    ) -> None: ...
     def get_run(self, run_id: str) -> str | None: ...
-    def run_summaries(self, limit: int, offset: int, set_name: str | None, kind: str | None) -> list[str]: ...
+    def run_summaries(
+        self, limit: int, offset: int, set_name: str | None, kind: str | None, tenant: str | None
+    ) -> list[str]: ...
     def latest_run_ids(self, kind: str) -> list[tuple[str, str]]: ...
     def get_baseline(self, name: str) -> str | None: ...
     def put_baseline(self, name: str, run_id: str, record: str, *, replace: bool) -> str | None: ...
@@ -94,13 +99,31 @@ class SetStore:
     def get(self, name: str) -> list[Case]:
         return parse_jsonl(self.text(name), name)
 
-    def put(self, name: str, text: str, check: Callable[[Case], object] | None = None) -> list[Case]:
-        """Validate then replace; a malformed upload raises with its line numbers and changes nothing."""
+    def put(
+        self, name: str, text: str, check: Callable[[Case], object] | None = None, *, shadow: bool = False
+    ) -> list[Case]:
+        """Validate then replace; a malformed upload raises with its line numbers and changes nothing. A packaged
+        set's name is refused (`ReadOnly`) unless `shadow` says the caller means to hide the packaged set."""
         if self.records is None:
             raise EvalError("this set store is read-only")
-        cases = parse_jsonl(text, check_name(name, "set"), check)
+        if self.packaged(check_name(name, "set")) and not shadow:
+            raise ReadOnly(
+                f"set {name!r} ships with Plumbline and is read-only: store yours under another name, or shadow it "
+                "deliberately (an admin's PUT /eval/sets/{name}?shadow=true); runs then say that it is shadowed"
+            )
+        cases = parse_jsonl(text, name, check)
         self.records.put_set(name, dump_jsonl(cases))
         return cases
+
+    def packaged(self, name: str) -> bool:
+        return self.seeds is not None and (self.seeds / f"{name}.jsonl").is_file()
+
+    def source(self, name: str) -> str | None:
+        """Where `text(name)` comes from: "stored", "packaged", "stored, shadowing packaged"; None if nowhere."""
+        stored = self.records is not None and self.records.get_set(name) is not None
+        if stored:
+            return "stored, shadowing packaged" if self.packaged(name) else "stored"
+        return "packaged" if self.packaged(name) else None
 
     def names(self) -> list[str]:
         stored = set(self.records.set_names()) if self.records is not None else set()
@@ -140,7 +163,13 @@ class RunStore:
 
     def save(self, run: Run) -> None:
         self._writable().save_run(
-            check_name(run.run_id, "run"), run.set_name, run.created_at, dump_summary(run), dump_run(run), run.kind
+            check_name(run.run_id, "run"),
+            run.set_name,
+            run.created_at,
+            dump_summary(run),
+            dump_run(run),
+            run.kind,
+            run.tenant,
         )
 
     def get(self, run_id: str) -> Run:
@@ -150,11 +179,16 @@ class RunStore:
         return run_from_json(json.loads(record))
 
     def summaries(
-        self, limit: int = 100, offset: int = 0, set_name: str | None = None, kind: str | None = None
+        self,
+        limit: int = 100,
+        offset: int = 0,
+        set_name: str | None = None,
+        kind: str | None = None,
+        tenant: str | None = None,
     ) -> list[RunSummary]:
-        """Runs newest first, without their cases; of one set and one kind if given."""
+        """Runs newest first, without their cases; of one set, one kind and confined to one tenant if given."""
         out = []
-        for row in self._writable().run_summaries(limit, offset, set_name, kind):
+        for row in self._writable().run_summaries(limit, offset, set_name, kind, tenant):
             obj = json.loads(row)
             out.append(
                 RunSummary(
@@ -175,11 +209,16 @@ class RunStore:
         """The id of the newest run of `kind` of each set (run ids sort by time)."""
         return dict(self._writable().latest_run_ids(kind))
 
-    def promote(self, run_id: str, name: str, *, replace: bool = False) -> str | None:
-        """Make a run the baseline `name`; the run id of the baseline it replaces, if any. An existing one
-        (stored, or packaged and so shadowed) is replaced only when asked, and a stored one is kept in the
-        baselines' history."""
+    def promote(self, run_id: str, name: str, *, replace: bool = False, shadow: bool = False) -> str | None:
+        """Make a run the baseline `name`; the run id of the baseline it replaces, if any. An existing one is
+        replaced only when asked, and kept in the baselines' history; a packaged one's name only with `shadow`
+        (`ReadOnly` otherwise)."""
         check_name(name, "baseline")
+        if self.packaged(name) and not shadow:
+            raise ReadOnly(
+                f"baseline {name!r} ships with Plumbline and is read-only: promote under another name, or shadow it "
+                "deliberately (an admin's POST /eval/baselines with shadow: true)"
+            )
         run = self.get(run_id)
         try:
             old: Run | None = self.baseline(name)
@@ -192,6 +231,15 @@ class RunStore:
             )
         self._writable().put_baseline(name, run.run_id, dump_run(run), replace=replace)
         return old.run_id if old is not None else None
+
+    def packaged(self, name: str) -> bool:
+        return self.seeds is not None and (self.seeds / f"{name}.json").is_file()
+
+    def source(self, name: str) -> str:
+        """Where `baseline(name)` comes from: "stored", "packaged", or "stored, shadowing packaged"."""
+        if self.records is not None and self.records.get_baseline(name) is not None:
+            return "stored, shadowing packaged" if self.packaged(name) else "stored"
+        return "packaged"
 
     def baseline(self, name: str) -> Run:
         """A baseline by name: the stored one, then the packaged seeds. Never a path (an API caller names it)."""
@@ -215,6 +263,7 @@ def run_to_json(run: Run) -> dict[str, Any]:
         "params": dict(run.params),
         "gate": dict(run.gate) if run.gate is not None else None,
         "kind": run.kind,
+        **({"tenant": run.tenant} if run.tenant is not None else {}),
         "incident_outcomes": dict(run.incident_outcomes),
         "cases": [
             {
@@ -254,6 +303,7 @@ def run_from_json(obj: dict[str, Any]) -> Run:
             params=obj.get("params", {}),
             gate=obj.get("gate"),
             kind=obj.get("kind", "manual"),
+            tenant=obj.get("tenant"),
             incident_outcomes=obj.get("incident_outcomes", {}),
             cases=tuple(
                 CaseResult(
@@ -286,6 +336,13 @@ def dump_summary(run: Run) -> str:
         "params": dict(run.params),
     }
     return json.dumps(summary)
+
+
+def run_digest(run: Run) -> str:
+    """SHA-256 of a run's canonical JSON: the same run hashes the same wherever it is stored (file, SQLite,
+    PostgreSQL), so a gate verdict can name exactly what it was compared with."""
+    canonical = json.dumps(run_to_json(run), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def dump_run(run: Run) -> str:

@@ -6,6 +6,7 @@
                        [--monitoring]   (with --url: the service runs it; this follows its progress)
     plumbline doctor [--data-dir D] [--repair]
     plumbline incidents post|list|review|export [--url U] ...   (see service.incidents_cli)
+    plumbline keys create|list|rotate|revoke [--data-dir D | --secrets-file F | --url U]   (see service.keys_cli)
 
 `eval run` exits 0 when the gate passes (or no baseline was given), 1 on a regression, 2 on bad input,
 3 on an unexpected error: what a CI job needs. `doctor` exits 0 when the index is clean (or was repaired),
@@ -111,9 +112,10 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--repair", action="store_true", help="fix what can be fixed, and say what was done")
     doctor.set_defaults(func=_doctor)
 
-    from service import incidents_cli
+    from service import incidents_cli, keys_cli
 
     incidents_cli.add_parser(sub)
+    keys_cli.add_parser(sub)
     return p
 
 

@@ -72,3 +72,11 @@ def public(message: str) -> str:
         "Can't open <path>: No space left on device"
     """
     return _PATH.sub("<path>", message)
+
+
+class Unauthenticated(PlumblineError):
+    """No valid API key came with the request (HTTP 401); the message never says which keys exist."""
+
+
+class Forbidden(PlumblineError):
+    """The key is valid but lacks the role, or its tenant binding forbids the request (HTTP 403)."""

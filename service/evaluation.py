@@ -22,7 +22,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from eval.cases import Case
-from eval.errors import UnknownName
+from eval.errors import EvalError, UnknownName
 from eval.faults import crash_point
 from eval.gate import GateConfig, GateResult, compare
 from eval.incidents import CASE_PREFIX, incident_id
@@ -30,7 +30,7 @@ from eval.matching import Retrieved, Unit
 from eval.present import gate_json
 from eval.report import Report, build_report
 from eval.runner import Query, Run, new_run_id, run_set
-from eval.storage import RunStore, SetStore
+from eval.storage import RunStore, SetStore, run_digest
 from service.errors import Busy, Cancelled, Conflict, NotReady, PlumblineError, StoreUnavailable, TimedOut, public
 from service.filters import FilterSpec
 from service.incidents import IncidentService
@@ -45,16 +45,20 @@ FilterParser = Callable[[Mapping[str, Any]], FilterSpec]
 
 class PipelineRetriever:
     """A `Retriever` over the in-process pipeline, with `base` as the run's search parameters and
-    `parse_filters` turning a case's `filters` object into a FilterSpec (the API's validator).
+    `parse_filters` turning a case's `filters` object into a FilterSpec (the API's validator). With `tenant`,
+    every question searches that tenant alone, whatever its case's filters say.
 
     Example:
         >>> r = PipelineRetriever(pipeline, SearchParams(mode=Mode.KEYWORD), parse_filters)  # doctest: +SKIP
     """
 
-    def __init__(self, pipeline: SearchPipeline, base: SearchParams, parse_filters: FilterParser) -> None:
+    def __init__(
+        self, pipeline: SearchPipeline, base: SearchParams, parse_filters: FilterParser, tenant: str | None = None
+    ) -> None:
         self.pipeline = pipeline
         self.base = base
         self.parse_filters = parse_filters
+        self.tenant = tenant
 
     def retrieve(self, queries: Sequence[Query]) -> list[list[Retrieved]]:
         import datetime as dt  # local, as in `_timestamp` below
@@ -74,11 +78,12 @@ class PipelineRetriever:
     def _params(self, q: Query) -> SearchParams:
         limit = self.pipeline.limits.max_candidates
         wanted = q.k * 3 if q.unit == "doc" else q.k  # collapsing to documents needs a deeper pool
+        filters = self.base.filters.merged(self.parse_filters(q.filters))
         return replace(
             self.base,
             k=q.k,
             candidates=min(limit, max(self.base.candidates, wanted)),
-            filters=self.base.filters.merged(self.parse_filters(q.filters)),
+            filters=replace(filters, tenant=self.tenant) if self.tenant is not None else filters,
             distinct_docs=q.unit == "doc",
         )
 
@@ -89,6 +94,20 @@ class Evaluation:
     report: Report
     gate: GateResult | None
     warnings: tuple[str, ...] = ()
+
+
+def tenant_cases(cases: Sequence[Case], tenant: str | None) -> list[Case]:
+    """The cases a run confined to `tenant` replays: those whose filters name no tenant or this one (None: all).
+
+    Example:
+        >>> label = (Label(doc_id="d"),)
+        >>> cases = [Case("a", "q", label, filters={"tenant": "acme"}), Case("b", "q", label)]
+        >>> [c.id for c in tenant_cases(cases, "evil")]
+        ['b']
+    """
+    if tenant is None:
+        return list(cases)
+    return [c for c in cases if c.filters.get("tenant") in (None, tenant)]
 
 
 def unknown_documents(store: VectorStore, cases: Sequence[Case]) -> list[str]:
@@ -124,6 +143,7 @@ class RunSpec:
     gate_config: GateConfig
     kind: str = "manual"  # eval.runner.KINDS
     baseline: str | None = None
+    tenant: str | None = None  # a tenant-bound caller's: the run sees that tenant's cases and documents only
 
 
 @dataclass(frozen=True)
@@ -206,7 +226,7 @@ class EvalService:
         with held:
             held.enter_context(self._slot())
             held.enter_context(self._monitoring_lease(spec))
-            self.jobs.start(run_id, spec.set_name, spec.kind, len(cases), self.owner)
+            self.jobs.start(run_id, spec.set_name, spec.kind, len(cases), self.owner, spec.tenant)
             held = held.pop_all()
 
         def work() -> None:
@@ -270,7 +290,10 @@ class EvalService:
         """The set's cases and the baseline to gate against (a monitoring run's default: the one named like the
         set, if any), loaded before the run so that a bad name fails fast."""
         spec.gate_config.check_names(spec.ks)
-        cases = self.cases(spec.set_name)
+        cases = tenant_cases(self.cases(spec.set_name), spec.tenant)
+        if not cases:
+            raise EvalError(f"set {spec.set_name!r} has no case for tenant {spec.tenant!r}")
+        spec = replace(spec, params_record={**spec.params_record, "set_source": self.sets.source(spec.set_name)})
         if spec.baseline is None and spec.kind == "monitoring":
             with suppress(UnknownName):
                 return replace(spec, baseline=spec.set_name), cases, self.runs.baseline(spec.set_name)
@@ -333,7 +356,7 @@ class EvalService:
         """The one orchestration of an eval run: replay (reporting progress, renewing the lease, honouring a
         deadline or a cancel), gate, store the run with its verdict, record its incident outcomes. Only runs
         of the served configuration (not experiments) decide that an incident passed, so that it can regress."""
-        retriever = PipelineRetriever(spec.pipeline, spec.base, self.parse_filters)
+        retriever = PipelineRetriever(spec.pipeline, spec.base, self.parse_filters, spec.tenant)
         check = self._progress(spec, run_id, deadline, progress, jobs)
         run = run_set(
             cases,
@@ -346,13 +369,12 @@ class EvalService:
             run_id=run_id,
         )
         check(len(cases), len(cases))  # once more before it is stored: a cancel, the lease, the deadline
-        run = replace(run, kind=spec.kind)
+        run = replace(run, kind=spec.kind, tenant=spec.tenant)
         outcomes = self._incident_outcomes(run)
         run = replace(run, incident_outcomes={f"{CASE_PREFIX}{i}": outcome for i, outcome in outcomes.items()})
         gate = compare(run, reference, spec.gate_config) if reference else None
-        if gate is not None:
-            baseline = {"name": spec.baseline, "run_id": reference.run_id if reference else None}
-            run = replace(run, gate={**gate_json(gate), "baseline": baseline})
+        if gate is not None and reference is not None:
+            run = replace(run, gate={**gate_json(gate), "baseline": self._baseline_identity(spec, reference)})
         self.reserve_space(4096 * len(run.cases))
         self.runs.save(run)
         if jobs is not None:  # stored: its report is what GET /eval/runs/{id} shows from now on
@@ -367,7 +389,15 @@ class EvalService:
             len(run.cases),
             run.gate["verdict"] if run.gate else "none",
         )
-        return Evaluation(run, build_report(run), gate, tuple(unknown_documents(spec.pipeline.store, cases)))
+        warnings = unknown_documents(spec.pipeline.store, cases)
+        if "shadowing" in str(spec.params_record.get("set_source")):
+            warnings.append(f"set {spec.set_name!r} is a stored set shadowing the packaged one of that name")
+        return Evaluation(run, build_report(run), gate, tuple(warnings))
+
+    def _baseline_identity(self, spec: RunSpec, reference: Run) -> dict[str, str | None]:
+        """What a verdict was compared with: the baseline's name, run id, content hash, and where it came from."""
+        source = "file" if spec.baseline is None or spec.baseline.endswith(".json") else self.runs.source(spec.baseline)
+        return {"name": spec.baseline, "run_id": reference.run_id, "sha256": run_digest(reference), "source": source}
 
     def _progress(
         self,
@@ -458,10 +488,11 @@ class EvalService:
                 out[i] = "regressed" if passed_before else "failed"
         return out
 
-    def put_set(self, name: str, text: str) -> list[Case]:
-        """Replace a labelled set; every case's filters must be ones /search accepts (else 422, by line)."""
+    def put_set(self, name: str, text: str, *, shadow: bool = False) -> list[Case]:
+        """Replace a labelled set; every case's filters must be ones /search accepts (else 422, by line). A
+        packaged set's name only with `shadow`."""
         self.reserve_space(2 * len(text.encode()))
-        cases = self.sets.put(name, text, check=lambda case: self.parse_filters(case.filters))
+        cases = self.sets.put(name, text, check=lambda case: self.parse_filters(case.filters), shadow=shadow)
         crash_point("set:written")
         return cases
 

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from eval.cases import Case, Label, dump_jsonl
+from eval.http import api_key_headers
 from eval.incidents import incident_case
 from eval.storage import write_atomic
 from service.errors import PlumblineError
@@ -78,7 +79,7 @@ def _url(p: argparse.ArgumentParser) -> None:
 
 
 def _client(args: argparse.Namespace) -> httpx.Client:
-    return httpx.Client(base_url=args.url.rstrip("/"), timeout=120)
+    return httpx.Client(base_url=args.url.rstrip("/"), timeout=120, headers=api_key_headers())
 
 
 def _checked(response: httpx.Response) -> Any:

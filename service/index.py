@@ -29,7 +29,7 @@ from service import integrity, supersession
 from service.chunking import Chunker
 from service.domain import Chunk, DocStatus, Document
 from service.embedding import Embedder
-from service.errors import IndexMismatch, InvalidRequest, NotFound, PayloadTooLarge, StoreUnavailable
+from service.errors import Conflict, IndexMismatch, InvalidRequest, NotFound, PayloadTooLarge, StoreUnavailable
 from service.filters import Clause, Match, MatchAny, NumberRange, of_kind
 from service.payload import (
     MANIFEST_ID,
@@ -149,10 +149,11 @@ class Index:
     def ingest(self, docs: Sequence[Document]) -> IngestResult:
         docs = self._validated(docs)
         with self._write_lock:
+            known = self._records([d.id for d in docs])
+            self._check_owners(docs, known)
             cycle = supersession.cycle(self.store, docs)
             if cycle:
                 raise InvalidRequest(f"supersedes would make a cycle: {' -> '.join(map(repr, cycle))}")
-            known = self._records([d.id for d in docs])
             fingerprints = {d.id: self._fingerprint(d) for d in docs}
             todo = [d for d in docs if d.id not in known or known[d.id].fingerprint != fingerprints[d.id]]
             self._remove_leftovers({d.id: known[d.id].gen for d in docs if d not in todo})
@@ -214,11 +215,24 @@ class Index:
         if old_heads:
             self.store.upsert(old_heads)
 
+    def _check_owners(self, docs: Sequence[Document], known: dict[str, _Record]) -> None:
+        """A document id names one document across all tenants: writing it for another tenant is a `Conflict`
+        (which says nothing of whose it is), before anything is written."""
+        owners = supersession.tenants(self.store, [r.head for r in known.values()])
+        for n, d in enumerate(docs):
+            if d.id in owners and owners[d.id] != d.tenant:
+                raise Conflict(
+                    f"documents[{n}]: id {d.id!r} already names a document of a different tenant; a document id is "
+                    "unique across tenants and re-ingesting cannot move a document. Choose another id (e.g. prefix "
+                    "it with your tenant), or delete it first with a key that can see it. Nothing was written."
+                )
+
     def _superseders(self, docs: Sequence[Document]) -> dict[str, str]:
-        """Which of `docs` a current document supersedes, counting current documents in the batch itself."""
-        by = supersession.superseders(self.store, (d.id for d in docs))
+        """Which of `docs` a current document of its tenant supersedes, counting the batch's own documents."""
+        tenant_of = {d.id: d.tenant for d in docs}
+        by = supersession.superseders(self.store, tenant_of)
         for d in sorted(docs, key=lambda d: d.id):
-            if d.supersedes and d.status is DocStatus.CURRENT:
+            if d.supersedes in tenant_of and tenant_of[d.supersedes] == d.tenant and d.status is DocStatus.CURRENT:
                 by[d.supersedes] = min(d.id, by.get(d.supersedes, d.id))
         return by
 

@@ -30,7 +30,7 @@ from service.filters import Clause, Match
 from service.stores.base import ScoredPoint, VectorStore
 
 log = logging.getLogger("plumbline")
-FIELDS = ("kind", "doc_id", "gen", "status", "superseded_by", "declared_status", "supersedes", "chunks")
+FIELDS = ("kind", "doc_id", "gen", "status", "superseded_by", "declared_status", "supersedes", "chunks", "tenant")
 PAGE = 1024
 
 
@@ -75,6 +75,7 @@ def check(store: VectorStore, *, grace: float = 0.0, manifest: str | None = None
     now_gen = (time.time() - grace) * 1e6  # generations are microseconds since the epoch
     heads: dict[str, Mapping[str, Any]] = {}
     records: dict[tuple[str, int], int] = {}
+    tenants: dict[tuple[str, int], str | None] = {}  # supersession stays within a tenant
     chunks: dict[tuple[str, int], int] = defaultdict(int)
     members: dict[tuple[str, int], list[str]] = defaultdict(list)
     statuses: dict[tuple[str, int], set[tuple[str | None, str | None]]] = defaultdict(set)
@@ -91,6 +92,7 @@ def check(store: VectorStore, *, grace: float = 0.0, manifest: str | None = None
             members[key].append(p.id)
             if kind == "document":
                 records[key] = int(p.payload.get("chunks", 0))
+                tenants[key] = p.payload.get("tenant")
             else:
                 chunks[key] += 1
             statuses[key].add((p.payload.get("status"), p.payload.get("superseded_by")))
@@ -104,7 +106,7 @@ def check(store: VectorStore, *, grace: float = 0.0, manifest: str | None = None
         for point in ids
     ]
     damaged = sorted(d for d, gen in committed.items() if records.get((d, gen)) != chunks.get((d, gen), 0))
-    wanted = supersession.effective(heads.values())
+    wanted = supersession.effective({**h, "tenant": tenants.get((d, committed[d]))} for d, h in heads.items())
     wrong = {
         doc_id: want
         for doc_id, want in wanted.items()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from eval.storage import RunStore, SetStore
+from service.access import Authenticator
 from service.api.convert import parse_filters, run_spec
 from service.api.schemas import SearchOptions
 from service.chunking import Chunker, ChunkerConfig
@@ -37,6 +38,7 @@ from service.schedule import Scheduler
 from service.settings import Settings
 from service.sparse import Bm25Params
 from service.state import StateStore, open_state
+from service.state.audit import AuditRecords
 from service.stores.base import VectorStore
 from service.tokenizer import TokenizerConfig
 
@@ -105,6 +107,7 @@ class Runtime:
         self.error: str | None = None
         self.lock = DataDirLock(settings.data_dir)
         self._state: StateStore | None = None
+        self._authenticator: Authenticator | None = None
         self._evals: EvalService | None = None
         self._incidents: IncidentService | None = None
         self._index: Index | None = None
@@ -158,6 +161,19 @@ class Runtime:
         return self._started(self._incidents)
 
     @property
+    def authenticator(self) -> Authenticator:
+        """Checks API keys once the state store is open (early in warm-up, before the models load)."""
+        if self._authenticator is None:
+            raise NotReady(self.error or "the service is still starting (opening the state store); retry shortly")
+        return self._authenticator
+
+    @property
+    def audit(self) -> AuditRecords:
+        if self._state is None:
+            raise NotReady(self.error or "the service is still starting (opening the state store); retry shortly")
+        return self._state.audit
+
+    @property
     def state(self) -> StateStore | None:
         """The state store once opened (for collectors that read it at scrape time), else None."""
         return self._state
@@ -173,6 +189,7 @@ class Runtime:
         that keep their records there."""
         s = self.settings
         self._state = open_state(s.state_store_url, s.legacy_eval_dir)
+        self._authenticator = Authenticator(self._state.keys, s.api_keys_file)
         self._incidents = IncidentService(
             self._state.incidents, parse_filters, default_set=s.incident_set, count_new=s.incidents_count_new
         )

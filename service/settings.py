@@ -108,6 +108,22 @@ class Settings(BaseSettings):
         description='labelled set -> seconds between its monitoring runs, e.g. {"handbook": 3600} (JSON in '
         "PLUMBLINE_EVAL_SCHEDULE); one replica at a time runs each, gated against the baseline named like the set",
     )
+
+    # access
+    auth: Literal["on", "off"] = Field(
+        "on",
+        description="on: every endpoint but /health/* needs an API key with the right role; off: anyone may do "
+        "anything (the local demo only: every response then carries X-Plumbline-Auth: off)",
+    )
+    api_keys_file: Path | None = Field(
+        None, description="a JSON list of hashed keys (plumbline keys create --secrets-file), besides the state store"
+    )
+    metrics_auth: bool = Field(False, description="GET /metrics needs a key with the metrics role")
+    cors_origins: list[str] = Field(
+        default_factory=list,
+        description='origins a browser may call from (JSON in PLUMBLINE_CORS_ORIGINS, e.g. ["https://app.example"]); '
+        "empty: no cross-origin access",
+    )
     log_format: Literal["json", "text"] = Field(
         "json", description="json: one JSON object per line (for log collectors); text: for a terminal"
     )

@@ -14,6 +14,9 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The suite tests search, ingest, eval and incidents with auth off (the service's default is on); the access tests
+# (tests/service/api/test_access*.py, tests/service/test_keys_cli.py) pass auth="on" and cover every endpoint.
+os.environ.setdefault("PLUMBLINE_AUTH", "off")
 
 from service.chunking import Chunker, ChunkerConfig
 from service.domain import Document

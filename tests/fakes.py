@@ -108,6 +108,7 @@ class FakeRecords:
         self.sets: dict[str, str] = {}
         self.runs: dict[str, tuple[str, str, str, str]] = {}  # run id -> (set, created_at, summary, record)
         self.kinds: dict[str, str] = {}  # run id -> kind
+        self.tenants: dict[str, str | None] = {}  # run id -> the tenant it was confined to
         self.baselines: dict[str, tuple[str, str]] = {}  # name -> (run id, record)
         self.history: list[tuple[str, str, str]] = []  # (name, run id, record)
 
@@ -120,18 +121,34 @@ class FakeRecords:
     def set_names(self) -> list[str]:
         return sorted(self.sets)
 
-    def save_run(self, run_id: str, set_name: str, created_at: str, summary: str, record: str, kind: str) -> None:
+    def save_run(
+        self,
+        run_id: str,
+        set_name: str,
+        created_at: str,
+        summary: str,
+        record: str,
+        kind: str,
+        tenant: str | None = None,
+    ) -> None:
         self.runs[run_id] = (set_name, created_at, summary, record)
         self.kinds[run_id] = kind
+        self.tenants[run_id] = tenant
 
     def get_run(self, run_id: str) -> str | None:
         return self.runs[run_id][3] if run_id in self.runs else None
 
-    def run_summaries(self, limit: int, offset: int, set_name: str | None, kind: str | None) -> list[str]:
+    def run_summaries(
+        self, limit: int, offset: int, set_name: str | None, kind: str | None, tenant: str | None = None
+    ) -> list[str]:
         import json
 
         ids = sorted(
-            (r for r, v in self.runs.items() if set_name in (None, v[0]) and kind in (None, self.kinds[r])),
+            (
+                r
+                for r, v in self.runs.items()
+                if set_name in (None, v[0]) and kind in (None, self.kinds[r]) and tenant in (None, self.tenants[r])
+            ),
             reverse=True,
         )[offset:][:limit]
         out = []

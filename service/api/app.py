@@ -9,12 +9,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, Request, Response
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 
 from service import logs
 from service.api import errors
-from service.api.routes import documents, evaluation, health, incidents, search
+from service.api.routes import admin, documents, evaluation, health, incidents, search
 from service.api.schemas import ERROR_RESPONSES
 from service.evaluation import EvalGaugeCollector
 from service.incidents import IncidentGaugeCollector
@@ -24,6 +25,16 @@ from service.settings import Settings
 
 log = logging.getLogger("plumbline")
 access = logging.getLogger("plumbline.access")
+# On every response: a JSON API that no browser should sniff, frame, cache or send referrers from. /docs (Swagger
+# UI) needs its scripts, so the content policy only forbids framing.
+SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
 
 
 def create_app(
@@ -65,8 +76,20 @@ def create_app(
     app.state.runtime = runtime
     app.state.registry = registry
     errors.install(app)
-    for module in (documents, search, evaluation, incidents, health):
+    for module in (documents, search, evaluation, incidents, admin, health):
         app.include_router(module.router)
+    if settings.auth == "off":
+        log.warning("auth is OFF (PLUMBLINE_AUTH=off): anyone who can reach this port may do anything; local demo only")
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+            allow_headers=["Content-Type", "X-API-Key", "Authorization", "X-Request-ID"],
+            expose_headers=["X-Request-ID", "Location", "Retry-After", "X-Plumbline-Auth"],
+            max_age=600,
+        )
+    security_headers = {**SECURITY_HEADERS, **({"X-Plumbline-Auth": "off"} if settings.auth == "off" else {})}
 
     @app.middleware("http")
     async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -90,6 +113,8 @@ def create_app(
                 response = errors.internal_error()
         _observe(request, response.status_code, start)
         response.headers["X-Request-ID"] = rid
+        for name, value in security_headers.items():
+            response.headers.setdefault(name, value)
         logs.request_id.reset(token)
         return response
 

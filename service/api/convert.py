@@ -99,6 +99,7 @@ def run_spec(
     gate_config: GateConfig | None = None,
     monitoring: bool = False,
     baseline: str | None = None,
+    tenant: str | None = None,
 ) -> RunSpec:
     """An eval run of `set_name` with `options` over the served configuration: an experiment when it overrides
     anything, else a monitoring run if asked, else a manual one."""
@@ -118,4 +119,5 @@ def run_spec(
         gate_config or GateConfig(fail_on_regressed=s.fail_on_regressed_incidents),
         kind="experiment" if overrides else ("monitoring" if monitoring else "manual"),
         baseline=baseline,
+        tenant=tenant,
     )

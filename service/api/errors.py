@@ -11,11 +11,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from eval.errors import AlreadyExists, EvalError, UnknownName
+from eval.errors import AlreadyExists, EvalError, ReadOnly, UnknownName
 from service.errors import (
     Busy,
     Cancelled,
     Conflict,
+    Forbidden,
     IndexMismatch,
     InsufficientStorage,
     InvalidRequest,
@@ -25,6 +26,7 @@ from service.errors import (
     PlumblineError,
     StoreUnavailable,
     TimedOut,
+    Unauthenticated,
     public,
 )
 
@@ -35,6 +37,7 @@ STATUS: list[tuple[type[Exception], int]] = [
     (NotFound, 404),
     (UnknownName, 404),
     (AlreadyExists, 409),
+    (ReadOnly, 409),
     (EvalError, 422),
     (PayloadTooLarge, 413),
     (Busy, 429),
@@ -45,6 +48,8 @@ STATUS: list[tuple[type[Exception], int]] = [
     (IndexMismatch, 409),
     (Conflict, 409),
     (Cancelled, 409),
+    (Unauthenticated, 401),
+    (Forbidden, 403),
     (PlumblineError, 500),
 ]
 RETRY_AFTER = {429: "10", 503: "5"}
@@ -95,6 +100,8 @@ def _respond(code: int, message: str) -> JSONResponse:
         log.error("request failed (%d): %s", code, message)
         message = public(message)
     headers = {"Retry-After": RETRY_AFTER[code]} if code in RETRY_AFTER else None
+    if code == 401:
+        headers = {"WWW-Authenticate": 'Bearer realm="plumbline"'}
     return JSONResponse({"detail": message}, status_code=code, headers=headers)
 
 

@@ -313,6 +313,11 @@ class CaseChangeOut(BaseModel):
 class BaselineRefOut(BaseModel):
     name: str | None
     run_id: str | None
+    sha256: str | None = Field(
+        None,
+        description="SHA-256 of the baseline run's canonical JSON (eval.storage.run_digest): exactly what was compared",
+    )
+    source: str | None = Field(None, description='"packaged", "stored", "stored, shadowing packaged", or "file"')
 
 
 class GateOut(BaseModel):
@@ -379,6 +384,9 @@ class BaselineRequest(_Strict):
     run_id: str
     name: str
     replace: bool = Field(False, description="replace an existing baseline of that name (it is kept in history)")
+    shadow: bool = Field(
+        False, description="take the name of a packaged baseline, hiding it (the admin role; the gate then says so)"
+    )
 
 
 class BaselineResponse(BaseModel):
@@ -391,6 +399,11 @@ class SetSummary(BaseModel):
     name: str
     cases: int
     warnings: list[str] = Field(default_factory=list, description="e.g. cases naming documents not in the index")
+    source: str | None = Field(
+        None,
+        description='"packaged" (read-only), "stored", "stored, shadowing packaged", or null for a set of '
+        "incidents only",
+    )
 
 
 class ProgressOut(BaseModel):

@@ -37,6 +37,7 @@ class Job:
     started_at: str
     heartbeat_at: str
     finished_at: str | None
+    tenant: str | None = None  # the tenant its run is confined to
 
 
 def _after(seconds: float) -> str:
@@ -47,7 +48,7 @@ class JobRecords:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def start(self, run_id: str, set_name: str, kind: str, total: int, owner: str) -> None:
+    def start(self, run_id: str, set_name: str, kind: str, total: int, owner: str, tenant: str | None = None) -> None:
         now = now_iso()
         with writing(self.engine) as conn:
             conn.execute(
@@ -62,6 +63,7 @@ class JobRecords:
                     owner=owner,
                     started_at=now,
                     heartbeat_at=now,
+                    tenant=tenant,
                 )
             )
 
@@ -108,6 +110,7 @@ class JobRecords:
             row.started_at,
             row.heartbeat_at,
             row.finished_at,
+            row.tenant,
         )
 
 

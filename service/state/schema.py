@@ -34,6 +34,7 @@ runs = Table(
     Column("summary", Text, nullable=False),  # JSON: unit, cases, mean metrics (listing without the record)
     Column("record", Text, nullable=False),  # JSON: the whole run (eval.storage.run_to_json)
     Column("kind", String(20), nullable=False),  # monitoring, manual, experiment (eval.runner.KINDS)
+    Column("tenant", String(200)),  # the tenant a tenant-bound key confined the run to; None: every tenant
     Index("ix_eval_runs_set_created", "set_name", "created_at"),
     Index("ix_eval_runs_kind_set", "kind", "set_name", "run_id"),
 )
@@ -53,6 +54,7 @@ jobs = Table(
     Column("started_at", String(32), nullable=False),
     Column("heartbeat_at", String(32), nullable=False),  # a running job whose heartbeat stops was lost
     Column("finished_at", String(32)),
+    Column("tenant", String(200)),  # as eval_runs.tenant
     Index("ix_eval_jobs_status", "status", "started_at"),
 )
 
@@ -133,6 +135,36 @@ incident_events = Table(
     Column("actor", String(200), nullable=False),
     Column("action", String(40), nullable=False),  # reported, merged, edited, accepted, rejected, reopened
     Column("detail", Text, nullable=False),  # JSON
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("key_id", String(32), primary_key=True),  # the public part of a key (`pl_<key_id>_<secret>`)
+    Column("name", String(200), nullable=False),
+    Column("secret_hash", String(64), nullable=False),  # SHA-256 of the secret, hex; the secret is never stored
+    Column("previous_hash", String(64)),  # the secret before the last rotation, valid until previous_expires_at
+    Column("previous_expires_at", String(32)),
+    Column("roles", Text, nullable=False),  # JSON list (service.access.ROLES)
+    Column("tenant", String(200)),  # the tenant the key is confined to; None: unbound
+    Column("created_at", String(32), nullable=False),
+    Column("created_by", String(200), nullable=False),
+    Column("rotated_at", String(32)),
+    Column("revoked_at", String(32)),
+)
+
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", String(32), nullable=False),
+    Column("actor", String(200), nullable=False),  # the key's name and id, or "anonymous (auth off)"
+    Column("tenant", String(200)),  # the actor's tenant binding
+    Column("action", String(40), nullable=False),  # e.g. documents.ingest, baseline.promote, key.revoke
+    Column("target", Text, nullable=False),
+    Column("detail", Text, nullable=False),  # JSON
+    Column("request_id", String(100)),
+    Index("ix_audit_log_action", "action", "id"),
 )
 
 

@@ -30,8 +30,10 @@ from sqlalchemy.pool import StaticPool
 from eval.errors import AlreadyExists
 from service.errors import InsufficientStorage, InvalidRequest, StoreUnavailable
 from service.state import schema as t
+from service.state.audit import AuditRecords
 from service.state.incidents import IncidentRecords
 from service.state.jobs import JobRecords, LeaseRecords
+from service.state.keys import KeyRecords
 from service.state.schema import now_iso
 from service.state.tx import one_at_a_time, writing
 
@@ -113,7 +115,8 @@ def _translate(context: ExceptionContext) -> Exception | None:
 
 
 class StateStore:
-    """Sets, runs, baselines (with history), incidents and meta values, on one SQLAlchemy engine.
+    """Sets, runs, baselines (with history), incidents, jobs, leases, API keys, the audit log and meta values, on
+    one SQLAlchemy engine.
 
     Methods take and return text and plain values; `eval.storage` and `service.incidents` own the formats.
     """
@@ -124,6 +127,8 @@ class StateStore:
         self.incidents = IncidentRecords(self.engine)
         self.jobs = JobRecords(self.engine)
         self.leases = LeaseRecords(self.engine)
+        self.keys = KeyRecords(self.engine)
+        self.audit = AuditRecords(self.engine)
 
     @property
     def backend(self) -> str:
@@ -169,11 +174,26 @@ class StateStore:
 
     # -- runs ------------------------------------------------------------------------------------------
 
-    def save_run(self, run_id: str, set_name: str, created_at: str, summary: str, record: str, kind: str) -> None:
+    def save_run(
+        self,
+        run_id: str,
+        set_name: str,
+        created_at: str,
+        summary: str,
+        record: str,
+        kind: str,
+        tenant: str | None = None,
+    ) -> None:
         with writing(self.engine) as conn:
             conn.execute(
                 insert(t.runs).values(
-                    run_id=run_id, set_name=set_name, created_at=created_at, summary=summary, record=record, kind=kind
+                    run_id=run_id,
+                    set_name=set_name,
+                    created_at=created_at,
+                    summary=summary,
+                    record=record,
+                    kind=kind,
+                    tenant=tenant,
                 )
             )
 
@@ -181,9 +201,14 @@ class StateStore:
         with self.engine.connect() as conn:
             return conn.scalar(select(t.runs.c.record).where(t.runs.c.run_id == run_id))
 
-    def run_summaries(self, limit: int, offset: int, set_name: str | None, kind: str | None) -> list[str]:
-        """JSON objects {run_id, set, created_at, kind, **summary}, newest first."""
+    def run_summaries(
+        self, limit: int, offset: int, set_name: str | None, kind: str | None, tenant: str | None = None
+    ) -> list[str]:
+        """JSON objects {run_id, set, created_at, kind, **summary}, newest first; with `tenant`, only the runs
+        confined to it."""
         query = select(t.runs.c.run_id, t.runs.c.set_name, t.runs.c.created_at, t.runs.c.kind, t.runs.c.summary)
+        if tenant is not None:
+            query = query.where(t.runs.c.tenant == tenant)
         if set_name is not None:
             query = query.where(t.runs.c.set_name == set_name)
         if kind is not None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from eval.cases import Label, dump_jsonl
-from eval.errors import AlreadyExists, EvalError, UnknownName
+from eval.errors import AlreadyExists, EvalError, ReadOnly, UnknownName
 from eval.runner import Run
 from eval.storage import (
     SNIPPET,
@@ -109,10 +109,15 @@ def test_set_store_falls_back_to_the_packaged_seeds() -> None:
     store = SetStore(FakeRecords())
     assert "handbook" in store.names()
     assert len(store.get("handbook")) >= 60
-    # a stored set of the same name wins
-    store.put("handbook", SET_TEXT)
+    assert store.source("handbook") == "packaged"
+    # a packaged set is read-only: only a deliberate shadow replaces it, and says so
+    with pytest.raises(ReadOnly, match="ships with Plumbline and is read-only"):
+        store.put("handbook", SET_TEXT)
+    assert len(store.get("handbook")) >= 60
+    store.put("handbook", SET_TEXT, shadow=True)
     assert [c.id for c in store.get("handbook")] == ["a", "b"]
     assert store.names().count("handbook") == 1
+    assert store.source("handbook") == "stored, shadowing packaged"
 
 
 def test_seeds_alone_are_read_only() -> None:
@@ -249,11 +254,16 @@ def test_baselines_fall_back_to_the_packaged_seeds(tmp_path: Path) -> None:
     assert store.baseline("main").run_id == "shipped"
     local = dataclasses.replace(sample_run(), run_id="local")
     store.save(local)
-    with pytest.raises(AlreadyExists, match="baseline 'main' exists \\(run shipped\\); send replace: true"):
-        store.promote("local", "main")  # shadowing a packaged baseline is a replacement too
+    assert store.source("main") == "packaged"
+    for replace in (False, True):  # a packaged baseline is read-only, replace or not
+        with pytest.raises(ReadOnly, match="baseline 'main' ships with Plumbline and is read-only"):
+            store.promote("local", "main", replace=replace)
     assert store.baseline("main").run_id == "shipped"
-    assert store.promote("local", "main", replace=True) == "shipped"
+    with pytest.raises(AlreadyExists, match="baseline 'main' exists \\(run shipped\\); send replace: true"):
+        store.promote("local", "main", shadow=True)  # shadowing a packaged baseline is a replacement too
+    assert store.promote("local", "main", replace=True, shadow=True) == "shipped"
     assert store.baseline("main").run_id == "local"
+    assert store.source("main") == "stored, shadowing packaged"
     assert (tmp_path / "main.json").read_text(encoding="utf-8") == dump_run(shipped)  # the seed is untouched
 
 

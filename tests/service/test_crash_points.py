@@ -121,10 +121,11 @@ def cases(n: int) -> str:
     )
 
 
-@pytest.mark.parametrize(("point", "replaced"), [("state:before-commit", False), ("set:written", True)])
+# the second PUT's own commit: the first PUT commits the set, then its audit entry
+@pytest.mark.parametrize(("point", "replaced"), [("state:before-commit#3", False), ("set:written#2", True)])
 def test_a_crash_while_replacing_a_labelled_set(tmp_path: Path, point: str, replaced: bool) -> None:
     data = tmp_path / "data"
-    with ServerProcess(data, env={"PLUMBLINE_CRASH_AT": f"{point}#2"}) as server:
+    with ServerProcess(data, env={"PLUMBLINE_CRASH_AT": point}) as server:
         with server.client() as c:
             assert c.put("/eval/sets/s", content=cases(3)).json()["cases"] == 3
         crash_on(server, "PUT", "/eval/sets/s", content=cases(5))

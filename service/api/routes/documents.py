@@ -1,30 +1,44 @@
-"""POST /documents, GET /documents/{id}, DELETE /documents/{id}."""
+"""POST /documents, GET /documents/{id}, DELETE /documents/{id}.
+
+Document ids are unique across tenants: a document belongs to the tenant that wrote it, a write of the same id
+for another tenant is a 409, and a tenant-bound key sees another tenant's documents as absent (404)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from fastapi import APIRouter
 
+from service.access import Principal, visible, write_tenant
+from service.api.auth import AUTH_RESPONSES, DocumentReader, Ingester, audit
 from service.api.convert import to_document
 from service.api.deps import IndexDep, RuntimeDep
 from service.api.schemas import ChunkOut, DeleteResponse, DocumentOut, IngestRequest, IngestResponse
+from service.errors import NotFound
+from service.index import Index, StoredDocument
 
-router = APIRouter(tags=["documents"])
+router = APIRouter(tags=["documents"], responses=AUTH_RESPONSES)
 
 
 @router.post("/documents", response_model=IngestResponse)
-def ingest(body: IngestRequest, index: IndexDep, runtime: RuntimeDep) -> IngestResponse:
-    """Index a batch: all or nothing. Re-sending a document id replaces that document atomically."""
-    result = index.ingest([to_document(d) for d in body.documents])
+def ingest(body: IngestRequest, index: IndexDep, runtime: RuntimeDep, caller: Ingester) -> IngestResponse:
+    """Index a batch: all or nothing. Re-sending a document id replaces that document atomically; an id another
+    tenant holds is a 409. A tenant-bound key writes its own tenant (naming another is a 403)."""
+    docs = [
+        replace(doc, tenant=write_tenant(caller, doc.tenant, f"documents[{n}].tenant"))
+        for n, doc in enumerate(to_document(d) for d in body.documents)
+    ]
+    result = index.ingest(docs)
     if runtime.metrics:
         runtime.metrics.ingested_chunks.inc(result.chunks)
+    detail = {"documents": [d.id for d in docs], "chunks": result.chunks, "unchanged": result.unchanged}
+    audit(runtime, caller, "documents.ingest", ", ".join(d.id for d in docs[:20]), detail)
     return IngestResponse(documents=result.documents, chunks=result.chunks, unchanged=result.unchanged)
 
 
 @router.get("/documents/{doc_id:path}", response_model=DocumentOut)
-def get_document(doc_id: str, index: IndexDep) -> DocumentOut:
-    stored = index.get(doc_id)
+def get_document(doc_id: str, index: IndexDep, caller: DocumentReader) -> DocumentOut:
+    stored = _visible(index, doc_id, caller)
     chunks = [
         ChunkOut(chunk_id=c.chunk_id, heading_path=c.heading, start=c.start, end=c.end, text=c.text)
         for c in stored.chunks
@@ -35,5 +49,16 @@ def get_document(doc_id: str, index: IndexDep) -> DocumentOut:
 
 
 @router.delete("/documents/{doc_id:path}", response_model=DeleteResponse)
-def delete_document(doc_id: str, index: IndexDep) -> DeleteResponse:
-    return DeleteResponse(id=doc_id, deleted_chunks=index.delete(doc_id))
+def delete_document(doc_id: str, index: IndexDep, runtime: RuntimeDep, caller: Ingester) -> DeleteResponse:
+    tenant = _visible(index, doc_id, caller).document.tenant
+    deleted = index.delete(doc_id)
+    audit(runtime, caller, "documents.delete", doc_id, {"deleted_chunks": deleted, "tenant": tenant})
+    return DeleteResponse(id=doc_id, deleted_chunks=deleted)
+
+
+def _visible(index: Index, doc_id: str, caller: Principal) -> StoredDocument:
+    """The document, if the caller may see it; another tenant's reads exactly like a missing one."""
+    stored = index.get(doc_id)
+    if not visible(caller, stored.document.tenant):
+        raise NotFound(f"no document with id {doc_id!r}")
+    return stored

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from service.access import Principal
+from service.api.auth import AUTH_RESPONSES, metrics_caller
 from service.api.deps import RuntimeDep
 from service.api.schemas import Health
 
@@ -28,6 +32,7 @@ async def ready(runtime: RuntimeDep) -> Response:
     return JSONResponse(Health(status="ready", documents=index.documents(), chunks=index.chunks()).model_dump())
 
 
-@router.get("/metrics")
-def metrics(request: Request) -> Response:
+@router.get("/metrics", responses=AUTH_RESPONSES)
+def metrics(request: Request, _: Annotated[Principal | None, Depends(metrics_caller)]) -> Response:
+    """The Prometheus scrape; needs the `metrics` role when `metrics_auth` is on (send Authorization: Bearer)."""
     return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)

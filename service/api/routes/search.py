@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 
 import anyio
 from fastapi import APIRouter
 
+from service.access import confine
+from service.api.auth import AUTH_RESPONSES, Searcher
 from service.api.convert import describe, to_params
 from service.api.deps import PipelineDep, SettingsDep
 from service.api.schemas import HitOut, SearchRequest, SearchResponse
 from service.errors import TimedOut
 
-router = APIRouter(tags=["search"])
+router = APIRouter(tags=["search"], responses=AUTH_RESPONSES)
 
 
 @router.post("/search", response_model=SearchResponse)
-async def search(body: SearchRequest, pipeline: PipelineDep, settings: SettingsDep) -> SearchResponse:
+async def search(body: SearchRequest, pipeline: PipelineDep, settings: SettingsDep, caller: Searcher) -> SearchResponse:
     """Hybrid retrieval; `explain: true` adds each hit's rank and score per stage. Past
-    `search_timeout_seconds` the caller gets a 504 (the search itself cannot be interrupted mid-engine-call)."""
+    `search_timeout_seconds` the caller gets a 504 (the search itself cannot be interrupted mid-engine-call).
+    A tenant-bound key searches its own tenant only."""
     params = to_params(
         body,
         settings,
@@ -27,6 +31,7 @@ async def search(body: SearchRequest, pipeline: PipelineDep, settings: SettingsD
         explain=body.explain,
         distinct_docs=body.distinct_docs,
     )
+    params = replace(params, filters=confine(caller, params.filters))
     now = dt.datetime.now(dt.UTC)  # before the search's own clock: a hit its freshness filter let through is current
     try:
         with anyio.fail_after(settings.search_timeout_seconds):
@@ -36,6 +41,8 @@ async def search(body: SearchRequest, pipeline: PipelineDep, settings: SettingsD
             f"the search took longer than {settings.search_timeout_seconds:g} s (PLUMBLINE_SEARCH_TIMEOUT_SECONDS)"
         ) from None
     effective = describe(params, body)
+    if caller.tenant is not None:  # what the search was confined to, whatever the request said
+        effective["filters"]["tenant"] = caller.tenant
     effective["rerank_model"] = pipeline.reranker.name if pipeline.reranker else None
     return SearchResponse(
         hits=[HitOut.of(h, params.explain, now) for h in result.hits],

@@ -40,7 +40,12 @@ JSONL = "".join(json.dumps(c) + "\n" for c in CASES)
 @pytest.fixture
 def ready(client: TestClient) -> TestClient:
     assert client.post("/documents", json={"documents": DOCS}).status_code == 200
-    assert client.put("/eval/sets/mini", content=JSONL).json() == {"name": "mini", "cases": 3, "warnings": []}
+    assert client.put("/eval/sets/mini", content=JSONL).json() == {
+        "name": "mini",
+        "cases": 3,
+        "warnings": [],
+        "source": "stored",
+    }
     return client
 
 

@@ -57,7 +57,7 @@ def report(question: str = "What is the refund window?", *, reporter: str = "ann
 
 
 def test_migrations_build_exactly_the_declared_schema(state: StateStore) -> None:
-    assert state.revision() == "0003"
+    assert state.revision() == "0004"
     with state.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), metadata)
     assert diff == []
@@ -71,7 +71,7 @@ def test_upgrading_an_older_schema_keeps_its_rows(state_url: str) -> None:
         old.incidents.search()  # the incidents tables do not exist at 0001
     old.close()
     new = open_state(state_url)
-    assert new.revision() == "0003"
+    assert new.revision() == "0004"
     assert new.get_set("handbook") == "line\n"
     assert new.incidents.search() == []
     new.close()
@@ -99,7 +99,7 @@ def test_replicas_starting_together_migrate_and_import_once(state_url: str, tmp_
     (tmp_path / "eval" / "sets" / "s.jsonl").write_text('{"id": "a", "question": "q", "relevant": [{"doc_id": "d"}]}\n')
     with ThreadPoolExecutor(8) as pool:
         stores = list(pool.map(lambda _: open_state(state_url, tmp_path / "eval"), range(8)))
-    assert {s.revision() for s in stores} == {"0003"}
+    assert {s.revision() for s in stores} == {"0004"}
     for s in stores:
         s.close()
 

@@ -1,0 +1,288 @@
+"""Access control: API keys with roles, optionally bound to a tenant, checked on every request but health.
+
+A key reads `pl_<key id>_<secret>`. Only its SHA-256 hash is kept, in the state store (`plumbline keys create`,
+`POST /admin/keys`) or in a secrets file (a JSON list, e.g. a mounted Kubernetes Secret; see `KeyFile`). The
+secret is 256 random bits, so a plain hash is as strong as a slow one and costs microseconds per request.
+
+Roles (`ROLES`): `search`, `ingest`, `eval:run`, `eval:admin` (sets and baselines), `incidents:report`,
+`incidents:review`, `metrics` (the scrape endpoint, when it is protected) and `admin` (everything, keys and the
+audit log included). A key bound to a tenant is confined to it: `confine` forces its searches, evals and
+incidents onto that tenant whatever the request says, and documents of other tenants read as absent. Global
+powers (`UNBINDABLE`) cannot be bound: a tenant's key must not edit the sets, baselines or keys every tenant
+shares.
+
+Example:
+    >>> key_id, token = new_key()
+    >>> parse_token(token) == key_id, len(hash_token(token))
+    (True, 64)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import secrets
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from service.errors import Conflict, Forbidden, InvalidRequest, NotFound, Unauthenticated
+from service.filters import FilterSpec
+from service.state.keys import ApiKey, KeyRecords
+from service.state.schema import now_iso
+
+ROLES = ("search", "ingest", "eval:run", "eval:admin", "incidents:report", "incidents:review", "metrics", "admin")
+UNBINDABLE = frozenset({"admin", "eval:admin", "metrics"})
+CACHE_SECONDS = 5.0  # how long a replica trusts a key it looked up: a revocation elsewhere takes this long here
+TOKEN = re.compile(r"^pl_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
+NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
+UNAUTHENTICATED = "a valid API key is required: send it in the X-API-Key header (or Authorization: Bearer <key>)"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a key's name and id, its roles, and the tenant it is bound to (None: unbound).
+
+    Example:
+        >>> p = Principal("support-bot", "0123456789abcdef", frozenset({"incidents:report"}), tenant="acme")
+        >>> p.has("incidents:report"), p.has("incidents:review"), p.actor
+        (True, False, 'support-bot (0123456789abcdef)')
+    """
+
+    name: str
+    key_id: str | None
+    roles: frozenset[str]
+    tenant: str | None = None
+
+    def has(self, role: str) -> bool:
+        return "admin" in self.roles or role in self.roles
+
+    @property
+    def actor(self) -> str:
+        """How the audit log names the caller."""
+        return f"{self.name} ({self.key_id})" if self.key_id else self.name
+
+
+ANONYMOUS = Principal("anonymous (auth off)", None, frozenset({"admin"}))  # every caller when auth is off
+LOCAL = Principal("local CLI", None, frozenset({"admin"}))  # the CLI working on a data directory or store directly
+
+
+def new_key() -> tuple[str, str]:
+    """A new key: (key id, the whole key to hand out once)."""
+    key_id = secrets.token_hex(8)
+    return key_id, new_secret(key_id)
+
+
+def new_secret(key_id: str) -> str:
+    """A whole key with a fresh 256-bit secret for `key_id`."""
+    return f"pl_{key_id}_{secrets.token_urlsafe(32)}"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def parse_token(token: str) -> str | None:
+    """The key id of a well-formed key, else None."""
+    match = TOKEN.match(token)
+    return match.group(1) if match else None
+
+
+def check_key_fields(name: str, roles: Sequence[str], tenant: str | None) -> tuple[str, ...]:
+    """Validate a key's name, roles and binding; the roles in canonical order."""
+    if not NAME.match(name) or not name.strip():
+        raise InvalidRequest("name: 1-200 characters without control characters")
+    unknown = sorted(set(roles) - set(ROLES))
+    if unknown or not roles:
+        raise InvalidRequest(f"roles: {unknown or 'none given'}; each must be one of {', '.join(ROLES)}")
+    if tenant is not None and (not tenant.strip() or len(tenant) > 200):
+        raise InvalidRequest("tenant: 1-200 characters")
+    bound_global = sorted(set(roles) & UNBINDABLE)
+    if tenant is not None and bound_global:
+        raise InvalidRequest(
+            f"roles {bound_global} act on what every tenant shares (keys, sets, baselines, metrics): "
+            "such a key cannot be bound to a tenant"
+        )
+    return tuple(r for r in ROLES if r in roles)
+
+
+class KeyFile:
+    """Keys from a JSON file: `[{"key_id": "...", "name": "...", "sha256": "<hex>", "roles": [...], "tenant": null}]`.
+    Read again when the file changes (a rotated Kubernetes Secret), never written here: `plumbline keys create
+    --secrets-file F` adds entries."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._stamp: tuple[float, int] | None = None
+        self._keys: dict[str, ApiKey] = {}
+        self._lock = threading.Lock()
+
+    def entries(self) -> dict[str, ApiKey]:
+        stat = self.path.stat()
+        with self._lock:
+            if self._stamp != (stat.st_mtime, stat.st_size):
+                self._keys = {k.key_id: k for k in read_key_file(self.path)}
+                self._stamp = (stat.st_mtime, stat.st_size)
+            return self._keys
+
+
+def read_key_file(path: Path) -> list[ApiKey]:
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8") or "[]")
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InvalidRequest(f"the API keys file {path} cannot be read as JSON: {exc}") from None
+    if not isinstance(entries, list):
+        raise InvalidRequest(f"the API keys file {path} must hold a JSON list of keys")
+    out = []
+    for n, e in enumerate(entries):
+        try:
+            roles = check_key_fields(e["name"], e["roles"], e.get("tenant"))
+            if not re.fullmatch(r"[0-9a-f]{16}", e["key_id"]) or not re.fullmatch(r"[0-9a-f]{64}", e["sha256"]):
+                raise InvalidRequest("key_id is 16 hex digits and sha256 64")
+        except (KeyError, TypeError, InvalidRequest) as exc:
+            raise InvalidRequest(f"the API keys file {path}, entry {n}: {exc}") from None
+        out.append(
+            ApiKey(e["key_id"], e["name"], roles, e.get("tenant"), e["sha256"], e.get("created_at", ""), "file", "file")
+        )
+    return out
+
+
+def file_entry(key: ApiKey) -> dict[str, object]:
+    """A key as the secrets file holds it."""
+    return {
+        "key_id": key.key_id,
+        "name": key.name,
+        "sha256": key.secret_hash,
+        "roles": list(key.roles),
+        "tenant": key.tenant,
+        "created_at": key.created_at,
+    }
+
+
+class Authenticator:
+    """Turns a presented key into a `Principal`, or raises `Unauthenticated` (missing, malformed, unknown, wrong
+    or revoked keys all read the same). Keys come from the secrets file first, then the state store, whose
+    answers are cached for `CACHE_SECONDS`.
+
+    Example:
+        >>> auth = Authenticator(state.keys, None)  # doctest: +SKIP
+        >>> auth.authenticate(request.headers.get("x-api-key")).roles  # doctest: +SKIP
+        frozenset({'search'})
+    """
+
+    def __init__(self, records: KeyRecords | None, file: Path | None) -> None:
+        self.records = records
+        self.file = KeyFile(file) if file is not None else None
+        self._cache: dict[str, tuple[float, ApiKey | None]] = {}
+        self._lock = threading.Lock()
+
+    def authenticate(self, token: str | None) -> Principal:
+        key_id = parse_token(token) if token else None
+        key = self._lookup(key_id) if key_id else None
+        if key is None or token is None or key.revoked_at is not None or not _matches(key, hash_token(token)):
+            raise Unauthenticated(UNAUTHENTICATED)
+        return Principal(key.name, key.key_id, frozenset(key.roles), key.tenant)
+
+    def forget(self, key_id: str) -> None:
+        """Drop a cached key (after this replica changed it)."""
+        with self._lock:
+            self._cache.pop(key_id, None)
+
+    def all_keys(self) -> list[ApiKey]:
+        """Every key: the file's, then the store's."""
+        stored = self.records.all() if self.records is not None else []
+        return [*(self.file.entries().values() if self.file is not None else ()), *stored]
+
+    def _lookup(self, key_id: str) -> ApiKey | None:
+        if self.file is not None and key_id in self.file.entries():
+            return self.file.entries()[key_id]
+        if self.records is None:
+            return None
+        now = time.monotonic()
+        with self._lock:
+            cached = self._cache.get(key_id)
+        if cached is not None and now - cached[0] < CACHE_SECONDS:
+            return cached[1]
+        key = self.records.get(key_id)
+        with self._lock:
+            if len(self._cache) > 10_000:  # unknown ids are cached too: a flood of them must not grow memory
+                self._cache.clear()
+            self._cache[key_id] = (now, key)
+        return key
+
+
+def _matches(key: ApiKey, digest: str) -> bool:
+    if hmac.compare_digest(key.secret_hash, digest):
+        return True
+    return (
+        key.previous_hash is not None
+        and key.previous_expires_at is not None
+        and key.previous_expires_at > now_iso()
+        and hmac.compare_digest(key.previous_hash, digest)
+    )
+
+
+def require(principal: Principal, any_of: Iterable[str], what: str) -> None:
+    """`Forbidden` unless the caller holds one of the roles (admin holds all)."""
+    roles = tuple(any_of)
+    if not any(principal.has(r) for r in roles):
+        raise Forbidden(f"this key lacks the role {' or '.join(map(repr, roles))} that {what} needs")
+
+
+def confine(principal: Principal, filters: FilterSpec, where: str = "filters.tenant") -> FilterSpec:
+    """The filters a tenant-bound caller gets: its own tenant, whatever it asked; asking for another is a 403."""
+    if principal.tenant is None:
+        return filters
+    if filters.tenant is not None and filters.tenant != principal.tenant:
+        raise Forbidden(f"{where}: this key is bound to tenant {principal.tenant!r} and may not name another")
+    return replace(filters, tenant=principal.tenant)
+
+
+def write_tenant(principal: Principal, tenant: str | None, where: str) -> str | None:
+    """The tenant a write lands in: a bound key's own (given or not); naming another is a 403."""
+    if principal.tenant is None:
+        return tenant
+    if tenant is not None and tenant != principal.tenant:
+        raise Forbidden(f"{where}: this key is bound to tenant {principal.tenant!r} and may not write another")
+    return principal.tenant
+
+
+def visible(principal: Principal, tenant: str | None) -> bool:
+    """Whether the caller may see something of `tenant`: an unbound key sees all, a bound one its own."""
+    return principal.tenant is None or principal.tenant == tenant
+
+
+def create_key(
+    records: KeyRecords, name: str, roles: Sequence[str], tenant: str | None, by: Principal
+) -> tuple[ApiKey, str]:
+    """A new key in the store: (its record, the key itself, to hand out once: only its hash is kept)."""
+    key_id, token = new_key()
+    key = ApiKey(key_id, name, check_key_fields(name, roles, tenant), tenant, hash_token(token), now_iso(), by.actor)
+    records.create(key)
+    return key, token
+
+
+def rotate_key(auth: Authenticator, key_id: str, grace_seconds: float) -> str:
+    """A new secret for a stored key (the old one stays valid `grace_seconds`); the new key, to hand out once."""
+    _stored(auth, key_id)
+    token = new_secret(key_id)
+    if auth.records is None or not auth.records.rotate(key_id, hash_token(token), grace_seconds):
+        raise NotFound(f"no live key {key_id!r}")
+    auth.forget(key_id)
+    return token
+
+
+def revoke_key(auth: Authenticator, key_id: str) -> None:
+    _stored(auth, key_id)
+    if auth.records is None or not auth.records.revoke(key_id):
+        raise NotFound(f"no live key {key_id!r}")
+    auth.forget(key_id)
+
+
+def _stored(auth: Authenticator, key_id: str) -> None:
+    if auth.file is not None and key_id in auth.file.entries():
+        raise Conflict(f"key {key_id!r} comes from the API keys file: change it there (--secrets-file)")

@@ -1,0 +1,86 @@
+"""Who is calling: the API key → `Principal` dependency, one dependency per role, and the audit trail of writes.
+
+Routes declare the role they need as a parameter type (`caller: Searcher`), so the role table lives in the
+routes' signatures and `tests/service/api/test_access.py` checks every one. With `auth = off` (the local demo)
+every caller is `ANONYMOUS`, who holds every role, and every response says so in `X-Plumbline-Auth: off`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
+
+from service import logs
+from service.access import ANONYMOUS, Principal, require
+from service.errors import PlumblineError
+from service.runtime import Runtime
+
+log = logging.getLogger("plumbline")
+AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"description": "no valid API key (X-API-Key or Authorization: Bearer)"},
+    403: {"description": "the key lacks the role, or its tenant binding forbids the request"},
+}
+
+
+def presented_key(request: Request) -> str | None:
+    """The key in `X-API-Key`, else in `Authorization: Bearer <key>` (what Prometheus and most clients send)."""
+    key = request.headers.get("x-api-key")
+    if key:
+        return key.strip()
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+async def get_principal(request: Request) -> Principal:
+    runtime: Runtime = request.app.state.runtime
+    if runtime.settings.auth == "off":
+        return ANONYMOUS
+    token = presented_key(request)
+    # a thread: a key not cached yet is looked up in the state store
+    principal: Principal = await run_in_threadpool(runtime.authenticator.authenticate, token)
+    request.state.principal = principal
+    return principal
+
+
+def role(*roles: str) -> Any:
+    """A dependency that lets through callers holding one of `roles` (admin holds them all): 401, else 403."""
+
+    async def check(principal: Annotated[Principal, Depends(get_principal)], request: Request) -> Principal:
+        route = getattr(request.scope.get("route"), "path", request.url.path)
+        require(principal, roles, f"{request.method} {route}")
+        return principal
+
+    return Depends(check)
+
+
+Searcher = Annotated[Principal, role("search")]
+DocumentReader = Annotated[Principal, role("search", "ingest")]
+Ingester = Annotated[Principal, role("ingest")]
+EvalRunner = Annotated[Principal, role("eval:run")]
+EvalAdmin = Annotated[Principal, role("eval:admin")]
+Reporter = Annotated[Principal, role("incidents:report")]
+IncidentReader = Annotated[Principal, role("incidents:report", "incidents:review")]
+Reviewer = Annotated[Principal, role("incidents:review")]
+Admin = Annotated[Principal, role("admin")]
+
+
+async def metrics_caller(request: Request) -> Principal | None:
+    """The scrape endpoint is open unless `metrics_auth` is on; then it needs the `metrics` role."""
+    runtime: Runtime = request.app.state.runtime
+    if not runtime.settings.metrics_auth:
+        return None
+    principal = await get_principal(request)
+    require(principal, ("metrics",), "GET /metrics")
+    return principal
+
+
+def audit(runtime: Runtime, who: Principal, action: str, target: str, detail: Mapping[str, Any]) -> None:
+    """Record a write that has happened. The write is not undone if this fails: the entry goes to the log instead."""
+    try:
+        runtime.audit.append(who.actor, who.tenant, action, target, detail, logs.request_id.get())
+    except PlumblineError:
+        log.error("audit entry lost: %s by %s on %s: %s", action, who.actor, target, dict(detail), exc_info=True)

@@ -1,0 +1,81 @@
+"""/admin/*: API keys (create, list without secrets, rotate, revoke) and the audit log. The admin role only."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, status
+from starlette.concurrency import run_in_threadpool
+
+from service.access import create_key, revoke_key, rotate_key
+from service.api.admin_schemas import AuditOut, AuditPage, KeyIn, KeyOut, NewKeyOut, RotateIn
+from service.api.auth import AUTH_RESPONSES, Admin, audit
+from service.api.deps import RuntimeDep
+from service.api.schemas import UtcDatetime
+from service.errors import NotReady
+from service.state.schema import iso
+
+router = APIRouter(prefix="/admin", tags=["admin"], responses=AUTH_RESPONSES)
+KeyId = Annotated[str, Path(pattern="^[0-9a-f]{16}$")]
+
+
+@router.get("/keys", response_model=list[KeyOut])
+def list_keys(runtime: RuntimeDep, _: Admin) -> list[KeyOut]:
+    """Every key, revoked ones included, without secrets or hashes."""
+    return [KeyOut.of(k) for k in runtime.authenticator.all_keys()]
+
+
+@router.post("/keys", response_model=NewKeyOut, status_code=status.HTTP_201_CREATED)
+def new_key(body: KeyIn, runtime: RuntimeDep, caller: Admin) -> NewKeyOut:
+    """Create a key; the response holds it once. Keys with admin, eval:admin or metrics cannot be bound to a tenant."""
+    state = runtime.state
+    if state is None:
+        raise NotReady("the state store is not open yet; retry shortly")
+    key, token = create_key(state.keys, body.name, body.roles, body.tenant, caller)
+    audit(runtime, caller, "key.create", key.key_id, {"name": key.name, "roles": list(key.roles), "tenant": key.tenant})
+    return NewKeyOut(**KeyOut.of(key).model_dump(), key=token)
+
+
+@router.post("/keys/{key_id}/rotate", response_model=NewKeyOut)
+def rotate(key_id: KeyId, body: RotateIn, runtime: RuntimeDep, caller: Admin) -> NewKeyOut:
+    """A new secret for the key; the old one keeps working for `grace_seconds`."""
+    auth = runtime.authenticator
+    token = rotate_key(auth, key_id, body.grace_seconds)
+    audit(runtime, caller, "key.rotate", key_id, {"grace_seconds": body.grace_seconds})
+    key = next(k for k in auth.all_keys() if k.key_id == key_id)
+    return NewKeyOut(**KeyOut.of(key).model_dump(), key=token)
+
+
+@router.delete("/keys/{key_id}", response_model=KeyOut)
+def revoke(key_id: KeyId, runtime: RuntimeDep, caller: Admin) -> KeyOut:
+    """Revoke the key at once (on other replicas within a few seconds)."""
+    auth = runtime.authenticator
+    revoke_key(auth, key_id)
+    audit(runtime, caller, "key.revoke", key_id, {})
+    return KeyOut.of(next(k for k in auth.all_keys() if k.key_id == key_id))
+
+
+@router.get("/audit", response_model=AuditPage)
+async def audit_log(
+    runtime: RuntimeDep,
+    _: Admin,
+    action: str | None = None,
+    actor: str | None = None,
+    since: Annotated[UtcDatetime | None, Query(description="at or after (ISO 8601)")] = None,
+    before: Annotated[int | None, Query(ge=1, le=2**63 - 1, description="page on: the last page's next_before")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """Every write, newest first: who (key name and id), what (action, target, details) and when."""
+    found = await run_in_threadpool(
+        runtime.audit.page,
+        before=before,
+        limit=limit,
+        action=action,
+        actor=actor,
+        since=iso(since) if since else None,
+    )
+    return {
+        "entries": [AuditOut(**asdict(e)).model_dump() for e in found],
+        "next_before": found[-1].id if len(found) == limit else None,
+    }

@@ -1,0 +1,113 @@
+"""A gate nobody can forge: the trial replaced the packaged `handbook` set with one case, promoted a degraded run
+(hit@10 0.05) to baseline `handbook`, and the degraded configuration then gated "pass". Now the packaged set and
+baseline are read-only, changing sets and baselines needs eval:admin, shadowing a packaged one needs admin and
+shows in every report, and each verdict names the baseline's run id and content hash."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from eval.storage import PACKAGE_DIR, load_run, run_digest
+from service.api.schemas import DocumentIn
+from service.loaders import iter_documents
+from service.settings import Settings
+from tests.conftest import HANDBOOK
+from tests.service.api.access_helpers import auth, make_key, secured_client
+
+ONE_CASE = (PACKAGE_DIR / "sets" / "handbook.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)[0]
+DEGRADED = {"filters": {"tags": ["no-such-tag"]}}  # finds nothing: hit@10 0
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with secured_client(settings.model_copy(update={"max_batch_documents": 100, "max_request_bytes": 64 * 2**20})) as c:
+        operator = auth(make_key(c, "ingest"))
+        documents = [DocumentIn.model_validate(asdict(d)).model_dump(mode="json") for d in iter_documents(HANDBOOK)]
+        for at in range(0, len(documents), 50):
+            assert (
+                c.post("/documents", headers=operator, json={"documents": documents[at : at + 50]}).status_code == 200
+            )
+        yield c
+
+
+def test_an_eval_runner_cannot_forge_the_gate(client: TestClient) -> None:
+    runner = auth(make_key(client, "eval:run", name="ci"))
+    assert client.put("/eval/sets/handbook", headers=runner, content=ONE_CASE).status_code == 403
+    degraded = client.post("/eval/run", headers=runner, json={"set": "handbook", "overrides": DEGRADED})
+    assert degraded.status_code == 200
+    run_id = degraded.json()["run_id"]
+    for name in ("handbook", "other"):
+        body = {"run_id": run_id, "name": name, "replace": True}
+        assert client.post("/eval/baselines", headers=runner, json=body).status_code == 403
+    gated = client.post(
+        "/eval/run", headers=runner, json={"set": "handbook", "overrides": DEGRADED, "baseline": "handbook"}
+    ).json()
+    assert gated["metrics"]["hit@10"] == 0.0
+    assert gated["gate"]["verdict"] == "fail"
+    packaged = load_run(PACKAGE_DIR / "baselines" / "handbook.json")
+    assert gated["gate"]["baseline"] == {
+        "name": "handbook",
+        "run_id": packaged.run_id,
+        "sha256": run_digest(packaged),
+        "source": "packaged",
+    }
+    assert gated["params"]["set_source"] == "packaged"
+
+
+def test_the_packaged_set_and_baseline_are_read_only_even_for_eval_admins(client: TestClient) -> None:
+    admin_of_evals = auth(make_key(client, "eval:admin", "eval:run"))
+    refused = client.put("/eval/sets/handbook", headers=admin_of_evals, content=ONE_CASE)
+    assert refused.status_code == 409
+    assert "read-only" in refused.json()["detail"]
+    run_id = client.post("/eval/run", headers=admin_of_evals, json={"set": "handbook", "overrides": DEGRADED}).json()[
+        "run_id"
+    ]
+    body = {"run_id": run_id, "name": "handbook", "replace": True}
+    assert client.post("/eval/baselines", headers=admin_of_evals, json=body).status_code == 409
+    # shadowing is an admin's deliberate act
+    assert client.put("/eval/sets/handbook?shadow=true", headers=admin_of_evals, content=ONE_CASE).status_code == 403
+    assert client.post("/eval/baselines", headers=admin_of_evals, json={**body, "shadow": True}).status_code == 403
+    # under its own name, an eval admin promotes and replaces, and the history keeps the old one
+    mine = {"run_id": run_id, "name": "mine"}
+    assert client.post("/eval/baselines", headers=admin_of_evals, json=mine).status_code == 201
+    assert client.post("/eval/baselines", headers=admin_of_evals, json=mine).status_code == 409
+    again = client.post("/eval/baselines", headers=admin_of_evals, json={**mine, "replace": True})
+    assert again.status_code == 201
+    assert again.json()["replaced"] == run_id
+
+
+def test_an_admins_shadow_shows_in_every_report(client: TestClient) -> None:
+    admin = auth(make_key(client, "admin"))
+    shadowed = client.put("/eval/sets/handbook?shadow=true", headers=admin, content=ONE_CASE)
+    assert shadowed.status_code == 200
+    assert shadowed.json()["source"] == "stored, shadowing packaged"
+    listed = {s["name"]: s["source"] for s in client.get("/eval/sets", headers=admin).json()}
+    assert listed["handbook"] == "stored, shadowing packaged"
+    report = client.post("/eval/run", headers=admin, json={"set": "handbook", "baseline": "handbook"}).json()
+    assert report["params"]["set_source"] == "stored, shadowing packaged"
+    assert any("shadowing the packaged one" in w for w in report["warnings"])
+    assert report["gate"]["baseline"]["source"] == "packaged"
+    run_id = report["run_id"]
+    shadow = {"run_id": run_id, "name": "handbook", "replace": True, "shadow": True}
+    assert client.post("/eval/baselines", headers=admin, json=shadow).status_code == 201
+    again = client.post("/eval/run", headers=admin, json={"set": "handbook", "baseline": "handbook"}).json()
+    assert again["gate"]["baseline"]["source"] == "stored, shadowing packaged"
+    assert again["gate"]["baseline"]["run_id"] == run_id
+    actions = [e["action"] for e in client.get("/admin/audit", headers=admin).json()["entries"]]
+    assert actions.count("set.put") == 1
+    assert actions.count("baseline.promote") == 1
+
+
+def test_a_verdict_names_the_hash_of_what_it_compared_with(tmp_path: Path) -> None:
+    packaged = load_run(PACKAGE_DIR / "baselines" / "handbook.json")
+    copy = tmp_path / "copy.json"
+    copy.write_text((PACKAGE_DIR / "baselines" / "handbook.json").read_text(encoding="utf-8").replace("\n", "\n "))
+    assert run_digest(load_run(copy)) == run_digest(packaged)  # the content, not the bytes of a file
+    first = packaged.cases[0]
+    edited = replace(packaged, cases=(replace(first, first_relevant_rank=99), *packaged.cases[1:]))
+    assert run_digest(edited) != run_digest(packaged)

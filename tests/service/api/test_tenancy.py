@@ -1,0 +1,200 @@
+"""Tenant isolation, enforced by the server: a key bound to a tenant reads, writes, searches, evaluates and reports
+within it whatever the request says, and another tenant's documents are never returned, counted, explained or named.
+
+The trials that found the holes: ingesting `billing/refunds` as tenant `evil` replaced larkspur's document; an `evil`
+document superseding `security/password-policy` hid it from larkspur's fresh searches; a search without a tenant saw
+every tenant."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.settings import Settings
+from tests.service.api.access_helpers import auth, docs, make_key, secured_client
+
+TENANT_ROLES = ("search", "ingest", "eval:run", "incidents:report", "incidents:review")
+LARKSPUR = docs(
+    ("billing/refunds", "larkspur", "# Refunds\n\nAnnual plans are refunded within 30 days of purchase."),
+    ("security/password-policy", "larkspur", "# Passwords\n\nPasswords rotate every 90 days and need 14 characters."),
+)
+SECRET = "larkspur-only"
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with secured_client(settings) as c:
+        operator = auth(make_key(c, "ingest", name="operator"))
+        assert c.post("/documents", headers=operator, json=LARKSPUR).status_code == 200
+        yield c
+
+
+@pytest.fixture
+def evil(client: TestClient) -> dict[str, str]:
+    return auth(make_key(client, *TENANT_ROLES, tenant="evil"))
+
+
+@pytest.fixture
+def larkspur(client: TestClient) -> dict[str, str]:
+    return auth(make_key(client, *TENANT_ROLES, tenant="larkspur"))
+
+
+def _hit_docs(response: object) -> set[str]:
+    body = response.json()  # type: ignore[attr-defined]
+    return {h["doc_id"] for h in body["hits"]}
+
+
+def test_a_document_id_cannot_be_taken_over_by_another_tenant(
+    client: TestClient, evil: dict[str, str], larkspur: dict[str, str]
+) -> None:
+    takeover = docs(("billing/refunds", "evil", "# Refunds\n\nNo refunds, ever. Call 555-0100."))
+    for headers in (evil, auth(make_key(client, "ingest"))):  # bound or unbound, the id is larkspur's document
+        response = client.post("/documents", headers=headers, json=takeover)
+        assert response.status_code == 409
+        assert "different tenant" in response.json()["detail"]
+        assert "larkspur" not in response.json()["detail"]
+    kept = client.get("/documents/billing/refunds", headers=larkspur).json()
+    assert kept["tenant"] == "larkspur"
+    assert "30 days" in kept["text"]
+    # a bound key writes its own tenant only; naming another is refused, leaving it out means its own
+    other = client.post("/documents", headers=evil, json=docs(("evil/a", "larkspur", "text")))
+    assert other.status_code == 403
+    own = client.post("/documents", headers=evil, json={"documents": [{"id": "evil/a", "text": "evil words"}]})
+    assert own.status_code == 200
+    assert client.get("/documents/evil/a", headers=evil).json()["tenant"] == "evil"
+
+
+def test_supersedes_cannot_cross_tenants(client: TestClient, evil: dict[str, str], larkspur: dict[str, str]) -> None:
+    fake = docs(("evil/policy", "evil", "# Passwords\n\nPasswords never rotate.", "security/password-policy"))
+    assert client.post("/documents", headers=evil, json=fake).status_code == 200
+    policy = client.get("/documents/security/password-policy", headers=larkspur).json()
+    assert policy["status"] == "current"
+    assert policy["superseded_by"] is None
+    found = client.post(
+        "/search", headers=larkspur, json={"query": "passwords rotate 90 days", "fresh_only": True, "k": 5}
+    )
+    assert "security/password-policy" in _hit_docs(found)
+    # within a tenant it still works
+    newer = docs(("security/password-policy-2", "larkspur", "# Passwords\n\n120 days.", "security/password-policy"))
+    assert client.post("/documents", headers=larkspur, json=newer).status_code == 200
+    policy = client.get("/documents/security/password-policy", headers=larkspur).json()
+    assert policy["superseded_by"] == "security/password-policy-2"
+    found = client.post(
+        "/search", headers=larkspur, json={"query": "passwords rotate 90 days", "fresh_only": True, "k": 5}
+    )
+    assert "security/password-policy" not in _hit_docs(found)
+
+
+def test_a_bound_key_searches_its_tenant_only(
+    client: TestClient, evil: dict[str, str], larkspur: dict[str, str]
+) -> None:
+    assert (
+        client.post(
+            "/documents", headers=evil, json=docs(("evil/refunds", "evil", "Refunds take 30 days."))
+        ).status_code
+        == 200
+    )
+    query = {"query": "refunds annual plans 30 days", "k": 10, "explain": True}
+    mine = client.post("/search", headers=evil, json=query)
+    assert _hit_docs(mine) == {"evil/refunds"}
+    assert mine.json()["params"]["filters"]["tenant"] == "evil"
+    assert "larkspur" not in mine.text
+    assert "billing/refunds" not in mine.text
+    # the request's filters cannot widen it: another tenant is refused, doc_ids of another tenant find nothing
+    other = client.post("/search", headers=evil, json={**query, "filters": {"tenant": "larkspur"}})
+    assert other.status_code == 403
+    assert "billing" not in other.text
+    named = client.post("/search", headers=evil, json={**query, "filters": {"doc_ids": ["billing/refunds"]}})
+    assert named.status_code == 200
+    assert named.json()["hits"] == []
+    # an unbound search key sees every tenant (an application serving several); larkspur's its own
+    unbound = client.post("/search", headers=auth(make_key(client, "search")), json=query)
+    assert {"evil/refunds", "billing/refunds"} <= _hit_docs(unbound)
+    assert "evil/refunds" not in _hit_docs(client.post("/search", headers=larkspur, json=query))
+
+
+def test_another_tenants_document_reads_as_missing(client: TestClient, evil: dict[str, str]) -> None:
+    missing = client.get("/documents/no/such", headers=evil)
+    theirs = client.get("/documents/billing/refunds", headers=evil)
+    assert theirs.status_code == missing.status_code == 404
+    assert theirs.json()["detail"].replace("billing/refunds", "no/such") == missing.json()["detail"]
+    assert client.delete("/documents/billing/refunds", headers=evil).status_code == 404
+    assert client.get("/documents/billing/refunds", headers=auth(make_key(client, "search"))).status_code == 200
+
+
+SET = (
+    "\n".join(
+        [
+            '{"id": "mine", "question": "refund window", "relevant": [{"doc_id": "evil/refunds"}]}',
+            '{"id": "open", "question": "annual refunds", "relevant": [{"doc_id": "billing/refunds"}]}',
+            '{"id": "theirs", "question": "password rotation", "relevant": [{"doc_id": "security/password-policy"}], '
+            '"filters": {"tenant": "larkspur"}}',
+            '{"id": "theirs-2", "question": "refunds for larkspur", "relevant": [{"doc_id": "billing/refunds"}], '
+            '"filters": {"tenant": "larkspur"}}',
+        ]
+    )
+    + "\n"
+)
+
+
+def test_a_bound_keys_eval_run_stays_in_its_tenant(
+    client: TestClient, evil: dict[str, str], larkspur: dict[str, str]
+) -> None:
+    assert (
+        client.post(
+            "/documents", headers=evil, json=docs(("evil/refunds", "evil", "Refund window: 30 days."))
+        ).status_code
+        == 200
+    )
+    admin = auth(make_key(client, "eval:admin"))
+    assert client.put("/eval/sets/shared", headers=admin, content=SET).status_code == 200
+    report = client.post("/eval/run", headers=evil, json={"set": "shared", "k": [10]})
+    assert report.status_code == 200, report.text
+    body = report.json()
+    # cases filtered to larkspur are not replayed (nor counted); the case filters cannot pull larkspur in
+    assert sorted(c["id"] for c in body["cases"]) == ["mine", "open"]
+    retrieved = {hit["doc_id"] for c in body["cases"] for hit in c["top"]}
+    assert retrieved == {"evil/refunds"}
+    assert "security/password-policy" not in report.text
+    assert '"larkspur"' not in report.text
+    # its runs are its own
+    run_id = body["run_id"]
+    assert [r["run_id"] for r in client.get("/eval/runs", headers=evil).json()] == [run_id]
+    assert client.get(f"/eval/runs/{run_id}", headers=larkspur).status_code == 404
+    assert client.get(f"/eval/runs/{run_id}/trec", headers=larkspur).status_code == 404
+    exported = client.get("/eval/sets/shared", headers=evil).text
+    assert "larkspur" not in exported
+    assert exported.count("\n") == 2
+    # a set holding no case for its tenant, and monitoring runs (they feed every tenant's gauges), are refused
+    only_theirs = SET.splitlines()[2] + "\n"
+    assert client.put("/eval/sets/theirs", headers=admin, content=only_theirs).status_code == 200
+    assert client.post("/eval/run", headers=evil, json={"set": "theirs"}).status_code == 422
+    assert client.post("/eval/run", headers=evil, json={"set": "shared", "monitoring": True}).status_code == 403
+    # a tenant's run cannot become everyone's baseline
+    promoted = client.post("/eval/baselines", headers=admin, json={"run_id": run_id, "name": "b"})
+    assert promoted.status_code == 422
+
+
+def test_a_bound_keys_incidents_stay_in_its_tenant(
+    client: TestClient, evil: dict[str, str], larkspur: dict[str, str]
+) -> None:
+    theirs = {"question": "how long do refunds take", "doc_id": "billing/refunds", "reporter": "mallory"}
+    assert client.post("/eval/incidents", headers=evil, json={**theirs, "tenant": "larkspur"}).status_code == 403
+    refused = client.post("/eval/incidents", headers=evil, json=theirs)  # larkspur's document does not exist for evil
+    assert refused.status_code == 422
+    assert "larkspur" not in refused.text
+    filtered = client.post("/eval/incidents", headers=evil, json={**theirs, "filters": {"tenant": "larkspur"}})
+    assert filtered.status_code == 403
+    posted = client.post("/eval/incidents", headers=larkspur, json={**theirs, "reporter": "sam"})
+    assert posted.status_code == 201, posted.text
+    incident = posted.json()["incident_id"]
+    assert posted.json()["tenant"] == "larkspur"
+    assert client.get("/eval/incidents", headers=evil).json()["incidents"] == []
+    assert client.get("/eval/incidents", headers=evil, params={"tenant": "larkspur"}).status_code == 403
+    assert client.get(f"/eval/incidents/{incident}", headers=evil).status_code == 404
+    review = {"status": "rejected", "reason": "spam", "reviewer": "mallory"}
+    assert client.patch(f"/eval/incidents/{incident}", headers=evil, json=review).status_code == 404
+    assert client.get(f"/eval/incidents/{incident}", headers=larkspur).json()["status"] == "new"
+    assert [i["incident_id"] for i in client.get("/eval/incidents", headers=larkspur).json()["incidents"]] == [incident]
