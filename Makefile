@@ -22,8 +22,10 @@ $(BIN)/plumbline: pyproject.toml
 
 setup: $(BIN)/plumbline
 
-# the demo replays the handbook set every hour (the first run about 30 s after start-up), for the gauges
+# the demo replays the handbook set every hour (the first run about 30 s after start-up), for the gauges; it runs
+# with auth off (a local demo: the start-up log and every response's X-Plumbline-Auth header say so)
 run: export PLUMBLINE_EVAL_SCHEDULE ?= {"handbook": 3600}
+run: export PLUMBLINE_AUTH ?= off
 run: setup
 	$(BIN)/plumbline serve --data-dir $(DATA) --host $(HOST) --port $(PORT) --ingest demo/handbook
 

@@ -129,13 +129,17 @@ def fill_random(store: EdgeStore, chunks: list[tuple[Document, Chunk]], n: int, 
         store.upsert(points)
 
 
-def serve(data_dir: Path, reranker_path: str) -> tuple[str, Callable[[], None]]:
-    """`plumbline serve` in its own process (a server thread in this process would share our GIL)."""
+def serve(data_dir: Path, reranker_path: str, preload: Path | None = None) -> tuple[str, Callable[[], None]]:
+    """`plumbline serve` in its own process (a server thread in this process would share our GIL); `preload`: a
+    folder it ingests at start-up. The benchmarks measure the service with auth off unless the environment says."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "PLUMBLINE_RERANK_MODEL": reranker_path, "PLUMBLINE_DEFAULT_RERANK": "false"}
+    env = {"PLUMBLINE_AUTH": "off", **os.environ, "PLUMBLINE_DEFAULT_RERANK": "false"}
+    if reranker_path:
+        env["PLUMBLINE_RERANK_MODEL"] = reranker_path
     cmd = [sys.executable, "-m", "service.cli", "serve", "--data-dir", str(data_dir), "--port", str(port)]
+    cmd += ["--ingest", str(preload)] if preload else []
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     with no_delay_client() as client:

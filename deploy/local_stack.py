@@ -114,6 +114,10 @@ class Stack:
     url: str  # Plumbline
     prometheus: str
     service_log: Path  # the service's stderr: JSON lines
+    api_key: str  # an admin key: the service runs with auth on, and /metrics needs the metrics role
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=120, headers={"X-API-Key": self.api_key})
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         """An instant query through Prometheus's HTTP API; its result vector (or matrix)."""
@@ -157,9 +161,12 @@ def running(workdir: Path, *, schedule_seconds: float = 3600, scrape_seconds: fl
     corpus = workdir / "corpus"
     write_corpus(corpus)
     port, prom_port = free_port(), free_port()
+    admin_key, metrics_key = _keys(workdir / "data")
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
+        "PLUMBLINE_AUTH": "on",
+        "PLUMBLINE_METRICS_AUTH": "true",
         "PLUMBLINE_EVAL_SCHEDULE": json.dumps({SET: schedule_seconds}),
         "PLUMBLINE_LOG_FORMAT": "json",
     }
@@ -173,7 +180,13 @@ def running(workdir: Path, *, schedule_seconds: float = 3600, scrape_seconds: fl
     config = {
         "global": {"scrape_interval": f"{scrape_seconds:g}s", "evaluation_interval": f"{scrape_seconds:g}s"},
         "rule_files": [str(RULES / "*.yml")],
-        "scrape_configs": [{"job_name": "plumbline", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}],
+        "scrape_configs": [
+            {
+                "job_name": "plumbline",
+                "authorization": {"type": "Bearer", "credentials": metrics_key},
+                "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
+            }
+        ],
     }
     (workdir / "prometheus.yml").write_text(json.dumps(config), encoding="utf-8")  # JSON is YAML
     with open(log_path, "wb") as log, open(workdir / "prometheus.log", "wb") as prom_log:
@@ -190,7 +203,7 @@ def running(workdir: Path, *, schedule_seconds: float = 3600, scrape_seconds: fl
             stdout=prom_log,
         )
         try:
-            stack = Stack(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{prom_port}", log_path)
+            stack = Stack(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{prom_port}", log_path, admin_key)
             ready = f"{stack.url}/health/ready"
             wait_for(lambda: service.poll() is not None or httpx.get(ready).is_success, 300, "the service to be ready")
             if service.poll() is not None:
@@ -205,6 +218,22 @@ def running(workdir: Path, *, schedule_seconds: float = 3600, scrape_seconds: fl
                     process.wait(30)
                 except subprocess.TimeoutExpired:
                     process.kill()
+
+
+def _keys(data: Path) -> tuple[str, str]:
+    """An admin key for the driver and a metrics key for Prometheus, in the data directory's state store."""
+    from service.access import LOCAL, create_key
+    from service.state import open_state
+
+    data.mkdir(parents=True, exist_ok=True)
+    state = open_state(f"sqlite:///{data / 'state.db'}")
+    try:
+        return (
+            create_key(state.keys, "local-stack", ["admin"], None, LOCAL)[1],
+            create_key(state.keys, "prometheus", ["metrics"], None, LOCAL)[1],
+        )
+    finally:
+        state.close()
 
 
 def drive(stack: Stack, client: httpx.Client) -> dict[str, Any]:
@@ -303,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=4, help="how long to run traffic before drawing")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp, running(Path(tmp)) as stack:
-        with httpx.Client(base_url=stack.url, timeout=120) as client:
+        with stack.client() as client:
             drive(stack, client)
             searches(client, args.minutes * 30)
             degrade(stack, client)

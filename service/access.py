@@ -117,16 +117,17 @@ class KeyFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._stamp: tuple[float, int] | None = None
+        self._stamp: tuple[int, int, int] | None = None
         self._keys: dict[str, ApiKey] = {}
         self._lock = threading.Lock()
 
     def entries(self) -> dict[str, ApiKey]:
         stat = self.path.stat()
         with self._lock:
-            if self._stamp != (stat.st_mtime, stat.st_size):
+            stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)  # a rewrite replaces the file: a new inode
+            if self._stamp != stamp:
                 self._keys = {k.key_id: k for k in read_key_file(self.path)}
-                self._stamp = (stat.st_mtime, stat.st_size)
+                self._stamp = stamp
             return self._keys
 
 

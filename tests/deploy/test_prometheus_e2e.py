@@ -27,7 +27,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture(scope="module")
 def client(stack: Stack) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stack.url, timeout=120) as client:
+    assert httpx.get(f"{stack.url}/metrics").status_code == 401  # Prometheus scrapes with its metrics key
+    with stack.client() as client:
         yield client
 
 

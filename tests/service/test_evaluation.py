@@ -12,7 +12,7 @@ from eval.cases import Case, Label
 from eval.errors import EvalError
 from eval.gate import GateConfig, compare
 from eval.runner import CaseResult, Query, run_set
-from eval.storage import RunStore, SetStore, load_baseline, load_set
+from eval.storage import RunStore, SetStore, load_baseline, load_set, run_digest
 from service.api.convert import parse_filters, to_params
 from service.api.schemas import SearchOptions
 from service.domain import Mode
@@ -111,7 +111,13 @@ def test_only_monitoring_runs_move_the_gauges(pipeline: SearchPipeline, tmp_path
     assert 'plumbline_eval_schedule_interval_seconds{set="handbook"} 3600.0' in text
     # the packaged baseline named like the set gates a monitoring run, and its numbers are exported beside
     assert ev.run.gate is not None
-    assert ev.run.gate["baseline"] == {"name": "handbook", "run_id": load_baseline("handbook").run_id}
+    packaged = load_baseline("handbook")
+    assert ev.run.gate["baseline"] == {
+        "name": "handbook",
+        "run_id": packaged.run_id,
+        "sha256": run_digest(packaged),
+        "source": "packaged",
+    }
     assert 'plumbline_eval_baseline_metric{category="all",k="10",metric="recall",set="handbook"}' in text
     # an experiment, and a manual run, are stored but never shown as production quality
     experiment = service.evaluate(spec(pipeline, SearchParams(mode=Mode.DENSE, candidates=10), "experiment"))

@@ -81,7 +81,14 @@ def test_run_report_store_and_gate(ready: TestClient) -> None:
     assert worse["gate"]["verdict"] == "fail"
     assert any("hit@3 (overall) fell" in reason for reason in worse["gate"]["reasons"])
     assert {w["case_id"] for w in worse["gate"]["worse_cases"]} == {"c1", "c2"}
-    assert worse["gate"]["baseline"] == {"name": "mini-base", "run_id": run_id}
+    stored = ready.get(f"/eval/runs/{run_id}").json()
+    assert {k: worse["gate"]["baseline"][k] for k in ("name", "run_id", "source")} == {
+        "name": "mini-base",
+        "run_id": run_id,
+        "source": "stored",
+    }
+    assert len(worse["gate"]["baseline"]["sha256"]) == 64
+    assert stored["run_id"] == run_id
     assert "plumbline_eval_metric{" not in ready.get("/metrics").text  # no monitoring run yet
     monitoring = ready.post("/eval/run", json={"set": "mini", "k": [1, 3], "monitoring": True, "baseline": "mini-base"})
     assert monitoring.json()["kind"] == "monitoring"

@@ -1,0 +1,138 @@
+"""Access under load: searches, ingests and incident reports at once, with auth on, over real HTTP on loopback.
+
+    python benchmarks/access_load.py [--seconds 30] [--clients 16]
+
+Serves the demo handbook from `plumbline serve` in its own process (a fresh temp data directory), with keys made as
+`plumbline keys create` makes them: tenant-bound keys for searching, ingesting and reporting. Half the clients
+search, a quarter ingest one new document per request, a quarter post one new incident per request; each client
+runs at most 10,000 requests and stops after `--seconds`. It prints, per operation, throughput, p50/p99 latency and
+errors (any answer other than the expected 200/201, or a transport error), then checks that nothing acknowledged
+was lost: every acknowledged document and incident is read back. The same load then runs against a server with
+auth off, and the last column is the auth-on/auth-off ratio of the p50 (what checking keys costs).
+Target (issue 10): zero errors and zero lost writes at 16 concurrent clients.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from speed import ROOT, serve
+
+from eval.http import no_delay_client
+from service.access import LOCAL, create_key
+from service.state import open_state
+
+QUERIES = ["vpn error LC-419", "refund window annual plan", "parental leave weeks", "password rotation policy"]
+MAX_REQUESTS = 10_000
+
+
+def client(url: str, op: str, n: int, key: str, seconds: float, out: dict[str, list], acked: dict[str, list]) -> None:
+    headers = {"X-API-Key": key} if key else {}
+    deadline = time.monotonic() + seconds
+    with no_delay_client(timeout=120) as http:
+        for i in range(MAX_REQUESTS):
+            if time.monotonic() > deadline:
+                break
+            start = time.perf_counter()
+            try:
+                if op == "search":
+                    r = http.post(f"{url}/search", headers=headers, json={"query": QUERIES[i % 4], "k": 10})
+                    ok, written = r.status_code == 200, None
+                elif op == "ingest":
+                    doc_id = f"load/{n}-{i}"
+                    body = {"documents": [{"id": doc_id, "title": doc_id, "text": f"# Load {n} {i}\n\nwords {i}"}]}
+                    r = http.post(f"{url}/documents", headers=headers, json=body)
+                    ok, written = r.status_code == 200, doc_id
+                else:
+                    body = {
+                        "question": f"client {n} question {i} about refunds",
+                        "doc_id": "billing/refunds",
+                        "reporter": f"load-{n}",
+                        "tenant": "larkspur" if not key else None,
+                    }
+                    r = http.post(f"{url}/eval/incidents", headers=headers, json={k: v for k, v in body.items() if v})
+                    ok, written = r.status_code == 201, (str(r.json()["incident_id"]) if r.status_code == 201 else None)
+            except Exception:  # a transport error counts as an error
+                ok, written = False, None
+            out[op].append((time.perf_counter() - start) * 1000 if ok else float("nan"))
+            if written:
+                acked[op].append(written)
+
+
+def lost(url: str, key: str, acked: dict[str, list]) -> int:
+    headers = {"X-API-Key": key} if key else {}
+    missing = 0
+    with no_delay_client(timeout=120) as http:
+        for doc_id in acked["ingest"]:
+            missing += http.get(f"{url}/documents/{doc_id}", headers=headers).status_code != 200
+        for incident in acked["incident"]:
+            missing += http.get(f"{url}/eval/incidents/{incident}", headers=headers).status_code != 200
+    return missing
+
+
+def run(auth: bool, seconds: float, clients: int) -> tuple[dict[str, list], int, int]:
+    data = Path(tempfile.mkdtemp(prefix="plumbline-load-"))
+    keys = {"search": "", "ingest": "", "incident": "", "reader": ""}
+    if auth:
+        state = open_state(f"sqlite:///{data / 'state.db'}")
+        for op, roles in (("search", ["search"]), ("ingest", ["ingest"]), ("incident", ["incidents:report"])):
+            keys[op] = create_key(state.keys, f"load-{op}", roles, "larkspur", LOCAL)[1]
+        keys["reader"] = create_key(state.keys, "load-reader", ["search", "incidents:review"], "larkspur", LOCAL)[1]
+        state.close()
+    os.environ["PLUMBLINE_AUTH"] = "on" if auth else "off"
+    url, stop = serve(data, "", preload=ROOT / "demo" / "handbook")
+    out: dict[str, list] = defaultdict(list)
+    acked: dict[str, list] = defaultdict(list)
+    try:
+        ops = ["search"] * (clients // 2) + ["ingest"] * (clients // 4)
+        ops += ["incident"] * (clients - len(ops))
+        threads = [
+            threading.Thread(target=client, args=(url, op, n, keys[op], seconds, out, acked))
+            for n, op in enumerate(ops)
+        ]
+        start = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.monotonic() - start
+        missing = lost(url, keys["reader"], acked)
+    finally:
+        stop()
+    return out, missing, int(elapsed)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--clients", type=int, default=16)
+    args = parser.parse_args()
+    on, lost_on, elapsed = run(True, args.seconds, args.clients)
+    off, lost_off, _ = run(False, args.seconds, args.clients)
+    print(f"{args.clients} clients for {args.seconds:g} s on loopback, 2 cores; auth on, then off")
+    print("| operation | requests | per s | p50 ms | p99 ms | errors | p50 on/off |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for op in ("search", "ingest", "incident"):
+        lat = np.array(on[op])
+        good = lat[~np.isnan(lat)]
+        base = np.array(off[op])
+        base = base[~np.isnan(base)]
+        ratio = float(np.median(good) / np.median(base)) if len(good) and len(base) else float("nan")
+        print(
+            f"| {op} | {len(lat)} | {len(lat) / elapsed:.1f} | {np.percentile(good, 50):.1f} | "
+            f"{np.percentile(good, 99):.1f} | {int(np.isnan(lat).sum())} | {ratio:.2f} |"
+        )
+    print(f"acknowledged writes lost: {lost_on} with auth on, {lost_off} with auth off")
+    sys.exit(1 if lost_on or any(np.isnan(np.array(on[op])).any() for op in on) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""`plumbline keys`: create, list, rotate and revoke keys in the state store and in a secrets file; what it prints
+authenticates, and only hashes are written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from service.access import Authenticator, read_key_file
+from service.cli import EXIT_BAD_INPUT, EXIT_OK, main
+from service.errors import Unauthenticated
+from service.state import open_state
+
+
+def _issue(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    assert main(list(args)) == EXIT_OK
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("pl_")
+    return out
+
+
+def test_keys_in_the_state_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = ["--data-dir", str(tmp_path / "data")]
+    (tmp_path / "data").mkdir()
+    token = _issue(capsys, "keys", "create", "support-bot", "--role", "incidents:report", "--tenant", "acme", *data)
+    assert main(["keys", "list", "--json", *data]) == EXIT_OK
+    listed = json.loads(capsys.readouterr().out)
+    assert [(k["name"], k["roles"], k["tenant"]) for k in listed] == [("support-bot", ["incidents:report"], "acme")]
+    assert token not in json.dumps(listed)
+    key_id = listed[0]["key_id"]
+    state = open_state(f"sqlite:///{tmp_path / 'data' / 'state.db'}")
+    try:
+        auth = Authenticator(state.keys, None)
+        assert auth.authenticate(token).tenant == "acme"
+        new = _issue(capsys, "keys", "rotate", key_id, "--grace", "0", *data)
+        auth.forget(key_id)
+        assert auth.authenticate(new).name == "support-bot"
+        with pytest.raises(Unauthenticated):
+            auth.authenticate(token)
+        assert main(["keys", "revoke", key_id, *data]) == EXIT_OK
+        auth.forget(key_id)
+        with pytest.raises(Unauthenticated):
+            auth.authenticate(new)
+        actions = [e.action for e in state.audit.page()]
+        assert actions == ["key.revoke", "key.rotate", "key.create"]
+        assert state.audit.page()[0].actor.startswith("local CLI (")
+    finally:
+        state.close()
+    # a tenant-bound admin is refused with the reason, and nothing is written
+    assert main(["keys", "create", "x", "--role", "admin", "--tenant", "acme", *data]) == EXIT_BAD_INPUT
+    assert "cannot be bound" in capsys.readouterr().err
+
+
+def test_keys_in_a_secrets_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    secrets = tmp_path / "keys.json"
+    target = ["--secrets-file", str(secrets)]
+    token = _issue(capsys, "keys", "create", "ci", "--role", "eval:run", *target)
+    other = _issue(capsys, "keys", "create", "ops", "--role", "admin", *target)
+    assert token not in secrets.read_text()
+    assert token.split("_", 2)[2] not in secrets.read_text()
+    auth = Authenticator(None, secrets)
+    assert auth.authenticate(token).roles == frozenset({"eval:run"})
+    key_id = read_key_file(secrets)[0].key_id
+    rotated = _issue(capsys, "keys", "rotate", key_id, *target)
+    assert auth.authenticate(rotated).name == "ci"  # the file is read again when it changes
+    with pytest.raises(Unauthenticated):
+        auth.authenticate(token)
+    assert main(["keys", "revoke", key_id, *target]) == EXIT_OK
+    with pytest.raises(Unauthenticated):
+        auth.authenticate(rotated)
+    assert auth.authenticate(other).name == "ops"
+    assert main(["keys", "revoke", "0000000000000000", *target]) == EXIT_BAD_INPUT
