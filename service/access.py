@@ -19,11 +19,13 @@ Example:
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import hmac
 import json
 import re
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -68,7 +70,12 @@ class Principal:
 
 
 ANONYMOUS = Principal("anonymous (auth off)", None, frozenset({"admin"}))  # every caller when auth is off
-LOCAL = Principal("local CLI", None, frozenset({"admin"}))  # the CLI working on a data directory or store directly
+LOCAL = Principal("local CLI", None, frozenset({"admin"}))  # code working on a data directory or store directly
+
+
+def local_cli() -> Principal:
+    """The CLI working on a data directory or state store directly, named by user and host in the audit log."""
+    return replace(LOCAL, name=f"local CLI ({getpass.getuser()}@{socket.gethostname()})")
 
 
 def new_key() -> tuple[str, str]:

@@ -163,6 +163,8 @@ def _doctor(args: argparse.Namespace) -> int:
             done: list[str] = []
         else:
             found, done, after = runtime.index.check(repair=args.repair)
+            if done:
+                _audit(runtime, "index.repair", str(runtime.settings.data_dir), {"done": done})
     finally:
         runtime.close()
     print("\n".join(found.lines()))
@@ -198,9 +200,18 @@ def _ingest(args: argparse.Namespace) -> int:
                 for batch in _batches(docs, args.batch_size):
                     _add(totals, asdict(runtime.index.ingest(batch)), bar, len(batch))
             finally:
+                if totals["documents"]:
+                    _audit(runtime, "documents.ingest", str(args.path), dict(totals))
                 runtime.close()
     print(json.dumps(totals))
     return EXIT_OK
+
+
+def _audit(runtime: Any, action: str, target: str, detail: dict[str, Any]) -> None:
+    """A write made here, in the state store's audit log, as made by "local CLI (user@host)"."""
+    from service.access import local_cli
+
+    runtime.audit.append(local_cli().actor, None, action, target, detail)
 
 
 def _batches(items: Any, size: int) -> Any:
@@ -335,6 +346,9 @@ def _eval_in_process(
                 ev: Evaluation | None = runtime.evals.evaluate_cases(spec, cases, baseline, timeout=None, progress=bar)
             else:
                 ev = runtime.evals.evaluate(spec, limited=False, progress=bar)
+        if ev is not None:
+            verdict = ev.run.gate["verdict"] if ev.run.gate else None
+            _audit(runtime, "eval.run", ev.run.run_id, {"set": set_name, "kind": spec.kind, "gate": verdict})
     finally:
         runtime.close()
     if ev is None:  # evaluate returns None only when asked to run just if due, which this never asks

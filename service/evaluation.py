@@ -31,6 +31,7 @@ from eval.present import gate_json
 from eval.report import Report, build_report
 from eval.runner import Query, Run, new_run_id, run_set
 from eval.storage import RunStore, SetStore, run_digest
+from service import supersession
 from service.errors import Busy, Cancelled, Conflict, NotReady, PlumblineError, StoreUnavailable, TimedOut, public
 from service.filters import FilterSpec
 from service.incidents import IncidentService
@@ -100,6 +101,7 @@ def tenant_cases(cases: Sequence[Case], tenant: str | None) -> list[Case]:
     """The cases a run confined to `tenant` replays: those whose filters name no tenant or this one (None: all).
 
     Example:
+        >>> from eval.cases import Label
         >>> label = (Label(doc_id="d"),)
         >>> cases = [Case("a", "q", label, filters={"tenant": "acme"}), Case("b", "q", label)]
         >>> [c.id for c in tenant_cases(cases, "evil")]
@@ -110,12 +112,16 @@ def tenant_cases(cases: Sequence[Case], tenant: str | None) -> list[Case]:
     return [c for c in cases if c.filters.get("tenant") in (None, tenant)]
 
 
-def unknown_documents(store: VectorStore, cases: Sequence[Case]) -> list[str]:
-    """A warning if some cases' labels name documents the index does not hold: a typo, or a document not ingested
+def unknown_documents(store: VectorStore, cases: Sequence[Case], tenant: str | None = None) -> list[str]:
+    """A warning if some cases' labels name documents the index does not hold (for a run confined to `tenant`: that
+    the tenant does not hold, so the warning says nothing of other tenants): a typo, or a document not ingested
     (yet), which no configuration can ever find; empty if every labelled document is there."""
     wanted = sorted({label.document for c in cases for label in c.positive})
-    heads = store.retrieve([head_point_id(d) for d in wanted], fields=("doc_id",))
-    present = {h.payload["doc_id"] for h in heads}
+    heads = store.retrieve([head_point_id(d) for d in wanted], fields=("doc_id", "gen"))
+    if tenant is None:
+        present = {h.payload["doc_id"] for h in heads}
+    else:
+        present = {doc_id for doc_id, owner in supersession.tenants(store, heads).items() if owner == tenant}
     missing = {c.id: sorted({label.document for label in c.positive} - present) for c in cases}
     bad = [(case_id, docs) for case_id, docs in missing.items() if docs]
     if not bad:
@@ -389,7 +395,7 @@ class EvalService:
             len(run.cases),
             run.gate["verdict"] if run.gate else "none",
         )
-        warnings = unknown_documents(spec.pipeline.store, cases)
+        warnings = unknown_documents(spec.pipeline.store, cases, spec.tenant)
         if "shadowing" in str(spec.params_record.get("set_source")):
             warnings.append(f"set {spec.set_name!r} is a stored set shadowing the packaged one of that name")
         return Evaluation(run, build_report(run), gate, tuple(warnings))

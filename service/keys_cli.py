@@ -15,9 +15,7 @@ the state store are written to the audit log as made by "local CLI (<user>@<host
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
-import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,10 +27,10 @@ from eval.storage import write_atomic
 from service.access import (
     ROLES,
     Authenticator,
-    Principal,
     create_key,
     file_entry,
     hash_token,
+    local_cli,
     new_key,
     new_secret,
     read_key_file,
@@ -74,10 +72,6 @@ def _where(p: argparse.ArgumentParser) -> None:
     target.add_argument("--data-dir", type=Path, help="the state store of this data directory")
     target.add_argument("--secrets-file", type=Path, help="a JSON keys file (PLUMBLINE_API_KEYS_FILE)")
     target.add_argument("--url", help="a running Plumbline, with an admin key in PLUMBLINE_API_KEY")
-
-
-def _me() -> Principal:
-    return Principal(f"local CLI ({getpass.getuser()}@{socket.gethostname()})", None, frozenset({"admin"}))
 
 
 @contextmanager
@@ -132,7 +126,7 @@ def _create(args: argparse.Namespace) -> int:
         _write_file(args.secrets_file, [*_file_keys(args.secrets_file), key])
         return _issued(file_entry(key), token)
     with _store(args) as (_, state):
-        me = _me()
+        me = local_cli()
         key, token = create_key(state.keys, args.name, args.roles, args.tenant, me)
         state.audit.append(me.actor, None, "key.create", key.key_id, {"name": key.name, "roles": list(key.roles)})
     return _issued(file_entry(key), token)
@@ -170,7 +164,7 @@ def _rotate(args: argparse.Namespace) -> int:
         return _issued(file_entry(new), token)
     with _store(args) as (auth, state):
         token = rotate_key(auth, args.key_id, args.grace)
-        state.audit.append(_me().actor, None, "key.rotate", args.key_id, {"grace_seconds": args.grace})
+        state.audit.append(local_cli().actor, None, "key.rotate", args.key_id, {"grace_seconds": args.grace})
         key = state.keys.get(args.key_id)
     return _issued(file_entry(key), token)
 
@@ -185,7 +179,7 @@ def _revoke(args: argparse.Namespace) -> int:
     else:
         with _store(args) as (auth, state):
             revoke_key(auth, args.key_id)
-            state.audit.append(_me().actor, None, "key.revoke", args.key_id, {})
+            state.audit.append(local_cli().actor, None, "key.revoke", args.key_id, {})
     print(f"key {args.key_id} revoked", file=sys.stderr)
     return 0
 

@@ -190,6 +190,11 @@ class Runtime:
         s = self.settings
         self._state = open_state(s.state_store_url, s.legacy_eval_dir)
         self._authenticator = Authenticator(self._state.keys, s.api_keys_file)
+        if s.auth == "on" and not self._authenticator.all_keys():
+            log.warning(
+                "auth is on and there is no API key yet: every request but /health/* gets 401. Create one with "
+                "`plumbline keys create NAME --role admin`, or set PLUMBLINE_AUTH=off for a local demo"
+            )
         self._incidents = IncidentService(
             self._state.incidents, parse_filters, default_set=s.incident_set, count_new=s.incidents_count_new
         )

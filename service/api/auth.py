@@ -11,7 +11,8 @@ import logging
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from service import logs
@@ -26,23 +27,23 @@ AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def presented_key(request: Request) -> str | None:
-    """The key in `X-API-Key`, else in `Authorization: Bearer <key>` (what Prometheus and most clients send)."""
-    key = request.headers.get("x-api-key")
-    if key:
-        return key.strip()
-    scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+# Declared as security schemes, so /docs offers an "Authorize" button; checked by `get_principal`, not by FastAPI.
+API_KEY_HEADER = APIKeyHeader(name="X-API-Key", auto_error=False, description="an API key: pl_<key id>_<secret>")
+BEARER = HTTPBearer(auto_error=False, description="the same key as a bearer token (what Prometheus sends)")
 
 
-async def get_principal(request: Request) -> Principal:
+async def get_principal(
+    request: Request,
+    header_key: Annotated[str | None, Security(API_KEY_HEADER)],
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
+) -> Principal:
+    """The caller: from `X-API-Key`, else `Authorization: Bearer <key>`; `ANONYMOUS` when auth is off."""
     runtime: Runtime = request.app.state.runtime
     if runtime.settings.auth == "off":
         return ANONYMOUS
-    token = presented_key(request)
+    token = (header_key or "").strip() or (bearer.credentials.strip() if bearer else None)
     # a thread: a key not cached yet is looked up in the state store
     principal: Principal = await run_in_threadpool(runtime.authenticator.authenticate, token)
-    request.state.principal = principal
     return principal
 
 
@@ -68,12 +69,16 @@ Reviewer = Annotated[Principal, role("incidents:review")]
 Admin = Annotated[Principal, role("admin")]
 
 
-async def metrics_caller(request: Request) -> Principal | None:
+async def metrics_caller(
+    request: Request,
+    header_key: Annotated[str | None, Security(API_KEY_HEADER)],
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)],
+) -> Principal | None:
     """The scrape endpoint is open unless `metrics_auth` is on; then it needs the `metrics` role."""
     runtime: Runtime = request.app.state.runtime
     if not runtime.settings.metrics_auth:
         return None
-    principal = await get_principal(request)
+    principal = await get_principal(request, header_key, bearer)
     require(principal, ("metrics",), "GET /metrics")
     return principal
 

@@ -72,3 +72,19 @@ def test_keys_in_a_secrets_file(tmp_path: Path, capsys: pytest.CaptureFixture[st
         auth.authenticate(rotated)
     assert auth.authenticate(other).name == "ops"
     assert main(["keys", "revoke", "0000000000000000", *target]) == EXIT_BAD_INPUT
+
+
+def test_local_cli_writes_are_audited(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("---\ntenant: acme\n---\n# Refunds\n\nWithin 30 days.\n", encoding="utf-8")
+    data = tmp_path / "data"
+    assert main(["ingest", str(folder), "--data-dir", str(data)]) == EXIT_OK
+    capsys.readouterr()
+    state = open_state(f"sqlite:///{data / 'state.db'}")
+    try:
+        [entry] = state.audit.page()
+    finally:
+        state.close()
+    assert (entry.action, entry.target, entry.detail["documents"]) == ("documents.ingest", str(folder), 1)
+    assert entry.actor.startswith("local CLI (")
