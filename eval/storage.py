@@ -235,20 +235,19 @@ class RunStore:
     def packaged(self, name: str) -> bool:
         return self.seeds is not None and (self.seeds / f"{name}.json").is_file()
 
-    def source(self, name: str) -> str:
-        """Where `baseline(name)` comes from: "stored", "packaged", or "stored, shadowing packaged"."""
-        if self.records is not None and self.records.get_baseline(name) is not None:
-            return "stored, shadowing packaged" if self.packaged(name) else "stored"
-        return "packaged"
-
     def baseline(self, name: str) -> Run:
         """A baseline by name: the stored one, then the packaged seeds. Never a path (an API caller names it)."""
+        return self.located(name)[0]
+
+    def located(self, name: str) -> tuple[Run, str]:
+        """A baseline by name and where it came from: "stored", "packaged", or "stored, shadowing packaged"."""
         check_name(name, "baseline")
         record = self.records.get_baseline(name) if self.records is not None else None
         if record is not None:
-            return run_from_json(json.loads(record))
-        if self.seeds is not None and (self.seeds / f"{name}.json").is_file():
-            return load_run(self.seeds / f"{name}.json")
+            return run_from_json(json.loads(record)), "stored, shadowing packaged" if self.packaged(name) else "stored"
+        seed = self.seeds / f"{name}.json" if self.seeds is not None else None
+        if seed is not None and seed.is_file():
+            return load_run(seed), "packaged"
         raise UnknownName(f"no baseline named {name!r}")
 
 

@@ -23,6 +23,7 @@ import getpass
 import hashlib
 import hmac
 import json
+import logging
 import re
 import secrets
 import socket
@@ -32,16 +33,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from service.errors import Conflict, Forbidden, InvalidRequest, NotFound, Unauthenticated
+from service.errors import Conflict, Forbidden, InvalidRequest, NotFound, StoreUnavailable, Unauthenticated
 from service.filters import FilterSpec
 from service.state.keys import ApiKey, KeyRecords
 from service.state.schema import now_iso
 
 ROLES = ("search", "ingest", "eval:run", "eval:admin", "incidents:report", "incidents:review", "metrics", "admin")
 UNBINDABLE = frozenset({"admin", "eval:admin", "metrics"})
+log = logging.getLogger("plumbline")
 CACHE_SECONDS = 5.0  # how long a replica trusts a key it looked up: a revocation elsewhere takes this long here
 TOKEN = re.compile(r"^pl_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
-NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
+NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,160}$")  # with " (<key id>)", an actor fits the audit log's 200
 UNAUTHENTICATED = "a valid API key is required: send it in the X-API-Key header (or Authorization: Bearer <key>)"
 
 
@@ -102,7 +104,7 @@ def parse_token(token: str) -> str | None:
 def check_key_fields(name: str, roles: Sequence[str], tenant: str | None) -> tuple[str, ...]:
     """Validate a key's name, roles and binding; the roles in canonical order."""
     if not NAME.match(name) or not name.strip():
-        raise InvalidRequest("name: 1-200 characters without control characters")
+        raise InvalidRequest("name: 1-160 characters without control characters")
     unknown = sorted(set(roles) - set(ROLES))
     if unknown or not roles:
         raise InvalidRequest(f"roles: {unknown or 'none given'}; each must be one of {', '.join(ROLES)}")
@@ -120,7 +122,8 @@ def check_key_fields(name: str, roles: Sequence[str], tenant: str | None) -> tup
 class KeyFile:
     """Keys from a JSON file: `[{"key_id": "...", "name": "...", "sha256": "<hex>", "roles": [...], "tenant": null}]`.
     Read again when the file changes (a rotated Kubernetes Secret), never written here: `plumbline keys create
-    --secrets-file F` adds entries."""
+    --secrets-file F` adds entries. A file that becomes unreadable or malformed is logged, and its last good
+    contents stay in use; one that never was good refuses every request with 503 (saying nothing of the file)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -129,12 +132,18 @@ class KeyFile:
         self._lock = threading.Lock()
 
     def entries(self) -> dict[str, ApiKey]:
-        stat = self.path.stat()
         with self._lock:
-            stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)  # a rewrite replaces the file: a new inode
-            if self._stamp != stamp:
-                self._keys = {k.key_id: k for k in read_key_file(self.path)}
-                self._stamp = stamp
+            try:
+                stat = self.path.stat()
+                stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)  # a rewrite replaces the file: a new inode
+                if self._stamp != stamp:
+                    self._keys = {k.key_id: k for k in read_key_file(self.path)}
+                    self._stamp = stamp
+            except (OSError, InvalidRequest) as exc:
+                if self._stamp is None:
+                    log.error("the API keys file cannot be used: %s", exc)
+                    raise StoreUnavailable("the API keys file cannot be read: the service log says why") from None
+                log.error("the API keys file cannot be used; keeping the keys last read from it: %s", exc)
             return self._keys
 
 
@@ -148,13 +157,28 @@ def read_key_file(path: Path) -> list[ApiKey]:
     out = []
     for n, e in enumerate(entries):
         try:
+            if not isinstance(e, dict) or not all(isinstance(e.get(f), str) for f in ("name", "key_id", "sha256")):
+                raise InvalidRequest("name, key_id and sha256 are strings")
+            if not isinstance(e.get("roles"), list) or not all(isinstance(r, str) for r in e["roles"]):
+                raise InvalidRequest("roles is a list of strings")
+            if not isinstance(e.get("tenant"), str | None):
+                raise InvalidRequest("tenant is a string or null")
             roles = check_key_fields(e["name"], e["roles"], e.get("tenant"))
             if not re.fullmatch(r"[0-9a-f]{16}", e["key_id"]) or not re.fullmatch(r"[0-9a-f]{64}", e["sha256"]):
                 raise InvalidRequest("key_id is 16 hex digits and sha256 64")
-        except (KeyError, TypeError, InvalidRequest) as exc:
+        except InvalidRequest as exc:
             raise InvalidRequest(f"the API keys file {path}, entry {n}: {exc}") from None
         out.append(
-            ApiKey(e["key_id"], e["name"], roles, e.get("tenant"), e["sha256"], e.get("created_at", ""), "file", "file")
+            ApiKey(
+                e["key_id"],
+                e["name"],
+                roles,
+                e.get("tenant"),
+                e["sha256"],
+                str(e.get("created_at", "")),
+                "file",
+                "file",
+            )
         )
     return out
 
@@ -190,8 +214,13 @@ class Authenticator:
 
     def authenticate(self, token: str | None) -> Principal:
         key_id = parse_token(token) if token else None
-        key = self._lookup(key_id) if key_id else None
-        if key is None or token is None or key.revoked_at is not None or not _matches(key, hash_token(token)):
+        if key_id is None or token is None:
+            raise Unauthenticated(UNAUTHENTICATED)
+        digest = hash_token(token)
+        key = self._lookup(key_id)
+        if key is not None and key.source == "store" and not _matches(key, digest):
+            key = self._lookup(key_id, fresh=True)  # rotated on another replica since it was cached
+        if key is None or key.revoked_at is not None or not _matches(key, digest):
             raise Unauthenticated(UNAUTHENTICATED)
         return Principal(key.name, key.key_id, frozenset(key.roles), key.tenant)
 
@@ -205,15 +234,17 @@ class Authenticator:
         stored = self.records.all() if self.records is not None else []
         return [*(self.file.entries().values() if self.file is not None else ()), *stored]
 
-    def _lookup(self, key_id: str) -> ApiKey | None:
-        if self.file is not None and key_id in self.file.entries():
-            return self.file.entries()[key_id]
+    def _lookup(self, key_id: str, *, fresh: bool = False) -> ApiKey | None:
+        in_file = self.file.entries().get(key_id) if self.file is not None else None
+        if in_file is not None:
+            return in_file
         if self.records is None:
             return None
         now = time.monotonic()
         with self._lock:
             cached = self._cache.get(key_id)
-        if cached is not None and now - cached[0] < CACHE_SECONDS:
+        # an unknown id is trusted for 1 s only, so a key created on another replica works almost at once
+        if not fresh and cached is not None and now - cached[0] < (CACHE_SECONDS if cached[1] else 1.0):
             return cached[1]
         key = self.records.get(key_id)
         with self._lock:

@@ -211,7 +211,7 @@ def _audit(runtime: Any, action: str, target: str, detail: dict[str, Any]) -> No
     """A write made here, in the state store's audit log, as made by "local CLI (user@host)"."""
     from service.access import local_cli
 
-    runtime.audit.append(local_cli().actor, None, action, target, detail)
+    runtime.record(local_cli().actor, action, target, detail)
 
 
 def _batches(items: Any, size: int) -> Any:

@@ -98,18 +98,19 @@ class Evaluation:
 
 
 def tenant_cases(cases: Sequence[Case], tenant: str | None) -> list[Case]:
-    """The cases a run confined to `tenant` replays: those whose filters name no tenant or this one (None: all).
+    """The cases a run confined to `tenant` replays: those filed for it (their filters name it); None: all. A case
+    filed for no tenant may name any tenant's documents, so a tenant's key neither sees nor replays it.
 
     Example:
         >>> from eval.cases import Label
         >>> label = (Label(doc_id="d"),)
         >>> cases = [Case("a", "q", label, filters={"tenant": "acme"}), Case("b", "q", label)]
-        >>> [c.id for c in tenant_cases(cases, "evil")]
-        ['b']
+        >>> [c.id for c in tenant_cases(cases, "acme")], tenant_cases(cases, "evil")
+        (['a'], [])
     """
     if tenant is None:
         return list(cases)
-    return [c for c in cases if c.filters.get("tenant") in (None, tenant)]
+    return [c for c in cases if c.filters.get("tenant") == tenant]
 
 
 def unknown_documents(store: VectorStore, cases: Sequence[Case], tenant: str | None = None) -> list[str]:
@@ -150,6 +151,7 @@ class RunSpec:
     kind: str = "manual"  # eval.runner.KINDS
     baseline: str | None = None
     tenant: str | None = None  # a tenant-bound caller's: the run sees that tenant's cases and documents only
+    baseline_source: str | None = None  # where the baseline was loaded from (eval.storage.RunStore.located)
 
 
 @dataclass(frozen=True)
@@ -302,8 +304,12 @@ class EvalService:
         spec = replace(spec, params_record={**spec.params_record, "set_source": self.sets.source(spec.set_name)})
         if spec.baseline is None and spec.kind == "monitoring":
             with suppress(UnknownName):
-                return replace(spec, baseline=spec.set_name), cases, self.runs.baseline(spec.set_name)
-        return spec, cases, self.runs.baseline(spec.baseline) if spec.baseline else None
+                reference, source = self.runs.located(spec.set_name)
+                return replace(spec, baseline=spec.set_name, baseline_source=source), cases, reference
+        if not spec.baseline:
+            return spec, cases, None
+        reference, source = self.runs.located(spec.baseline)
+        return replace(spec, baseline_source=source), cases, reference
 
     @contextmanager
     def _slot(self) -> Iterator[None]:
@@ -385,7 +391,8 @@ class EvalService:
         self.runs.save(run)
         if jobs is not None:  # stored: its report is what GET /eval/runs/{id} shows from now on
             self._finish_job(run_id, "done")
-        if self.incidents is not None and spec.kind != "experiment":
+        # only runs of the served configuration over every tenant decide an incident's outcome
+        if self.incidents is not None and spec.kind != "experiment" and spec.tenant is None:
             self.incidents.records.record_outcomes(run.run_id, outcomes)
         log.info(
             "eval run %s (%s, set %s) finished: %d cases, gate %s",
@@ -402,7 +409,7 @@ class EvalService:
 
     def _baseline_identity(self, spec: RunSpec, reference: Run) -> dict[str, str | None]:
         """What a verdict was compared with: the baseline's name, run id, content hash, and where it came from."""
-        source = "file" if spec.baseline is None or spec.baseline.endswith(".json") else self.runs.source(spec.baseline)
+        source = spec.baseline_source or "file"  # as loaded: a promotion during the run does not relabel it
         return {"name": spec.baseline, "run_id": reference.run_id, "sha256": run_digest(reference), "source": source}
 
     def _progress(

@@ -236,10 +236,13 @@ class Index:
                 by[d.supersedes] = min(d.id, by.get(d.supersedes, d.id))
         return by
 
-    def delete(self, doc_id: str) -> int:
-        """Remove every point of the document; the number of chunks it had."""
-        stored = self.get(doc_id)
+    def delete(self, doc_id: str, visible: Callable[[str | None], bool] = lambda _: True) -> int:
+        """Remove every point of the document; the number of chunks it had. `visible(tenant)` False: `NotFound`, as if
+        it did not exist (checked under the write lock, so the id cannot change hands in between)."""
         with self._write_lock:
+            stored = self.get(doc_id)
+            if not visible(stored.document.tenant):
+                raise NotFound(f"no document with id {doc_id!r}")
             self._reserve_space(len(stored.chunks) * 1024)
             self.store.delete(Clause(must=(Match("doc_id", doc_id),)))
             crash_point("delete:points-deleted")

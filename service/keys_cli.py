@@ -128,7 +128,8 @@ def _create(args: argparse.Namespace) -> int:
     with _store(args) as (_, state):
         me = local_cli()
         key, token = create_key(state.keys, args.name, args.roles, args.tenant, me)
-        state.audit.append(me.actor, None, "key.create", key.key_id, {"name": key.name, "roles": list(key.roles)})
+        detail = {"name": key.name, "roles": list(key.roles), "tenant": key.tenant}
+        state.audit.append(me.actor, None, "key.create", key.key_id, detail)
     return _issued(file_entry(key), token)
 
 

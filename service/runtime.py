@@ -14,7 +14,7 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -26,7 +26,7 @@ from service.api.schemas import SearchOptions
 from service.chunking import Chunker, ChunkerConfig
 from service.datadir import DataDirLock
 from service.embedding import Embedder, SentenceTransformerEmbedder
-from service.errors import DataDirLocked, DataDirUnavailable, InsufficientStorage, NotReady, public
+from service.errors import DataDirLocked, DataDirUnavailable, InsufficientStorage, NotReady, PlumblineError, public
 from service.evaluation import EvalService
 from service.incidents import IncidentService
 from service.index import Index, IndexLimits
@@ -182,7 +182,12 @@ class Runtime:
         """The scheduler's run: set `set_name` over the served configuration, if due; True if it ran."""
         spec = run_spec(SearchOptions(), self.settings, self.pipeline, set_name=set_name, monitoring=True)
         # no HTTP caller waits on it: a large set may take longer than PLUMBLINE_EVAL_TIMEOUT_SECONDS
-        return self.evals.evaluate(spec, if_older_than=interval, limited=False) is not None
+        ev = self.evals.evaluate(spec, if_older_than=interval, limited=False)
+        if ev is None:
+            return False
+        verdict = ev.run.gate["verdict"] if ev.run.gate else None
+        self.record("scheduler", "eval.run", ev.run.run_id, {"set": set_name, "kind": "monitoring", "gate": verdict})
+        return True
 
     def _open_state(self) -> None:
         """Open and migrate the state store (importing a file-layout data directory once) and build the services
@@ -283,6 +288,8 @@ class Runtime:
             log.info("integrity check: %s", "; ".join(found.lines()) + (" (clean)" if found.clean else ""))
             for action in done:
                 log.warning("integrity repair: %s", action)
+            if done:
+                self.record("start-up check", "index.repair", str(s.data_dir), {"done": done})
         for folder in self.preload:
             self._preload(index, folder)
         self._index = index
@@ -322,6 +329,15 @@ class Runtime:
                 unchanged,
                 rate,
             )
+        detail = {"documents": len(docs), "chunks": chunks, "unchanged": unchanged}
+        self.record("serve --ingest", "documents.ingest", str(folder), detail)
+
+    def record(self, actor: str, action: str, target: str, detail: Mapping[str, object]) -> None:
+        """An audit entry for a write the service made by itself (or a CLI for its user); logged if it fails."""
+        try:
+            self.audit.append(actor, None, action, target, detail)
+        except PlumblineError:
+            log.error("audit entry lost: %s by %s on %s: %s", action, actor, target, detail, exc_info=True)
 
     def close(self) -> None:
         if self._evals is not None:  # first: a scheduled run in progress stops at its next batch too

@@ -40,7 +40,10 @@ def superseders(store: VectorStore, targets: Mapping[str, str | None]) -> dict[s
     where = Clause(
         must=(Match("kind", "head"), MatchAny("supersedes", ids), Match("declared_status", DocStatus.CURRENT))
     )
-    heads = store.scroll(where, limit=16 * len(ids) + 16, fields=HEAD_FIELDS)
+    # every head naming them, however many: heads of other tenants must not crowd out the one that counts
+    limit = 16 * len(ids) + 16
+    while len(heads := store.scroll(where, limit=limit, fields=HEAD_FIELDS)) == limit:
+        limit *= 4
     of = tenants(store, heads)
     return _superseded_by(({**h.payload, "tenant": of.get(h.payload["doc_id"])} for h in heads), targets)
 

@@ -14,7 +14,7 @@ MAX_GRACE = 7 * 24 * 3600
 
 
 class KeyIn(_Strict):
-    name: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=160)
     roles: list[str] = Field(min_length=1, max_length=len(ROLES), description=f"any of {', '.join(ROLES)}")
     tenant: str | None = Field(None, min_length=1, max_length=200, description="confine the key to this tenant")
 

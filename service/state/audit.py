@@ -14,6 +14,8 @@ from service.state import schema as t
 from service.state.schema import now_iso
 from service.state.tx import writing
 
+ACTOR_CHARS, REQUEST_ID_CHARS = 200, 100  # the columns' widths (schema.audit_log)
+
 
 @dataclass(frozen=True)
 class AuditEntry:
@@ -51,12 +53,12 @@ class AuditRecords:
             done = conn.execute(
                 insert(t.audit_log).values(
                     at=now_iso(),
-                    actor=actor,
+                    actor=actor[:ACTOR_CHARS],  # what the columns hold: an entry must never fail on a long value
                     tenant=tenant,
                     action=action,
                     target=target,
                     detail=json.dumps(dict(detail), ensure_ascii=False, default=str),
-                    request_id=request_id,
+                    request_id=request_id[:REQUEST_ID_CHARS] if request_id else None,
                 )
             )
         key = done.inserted_primary_key

@@ -57,7 +57,7 @@ class KeyRecords:
                     roles=json.dumps(list(key.roles)),
                     tenant=key.tenant,
                     created_at=key.created_at,
-                    created_by=key.created_by,
+                    created_by=key.created_by[:200],
                 )
             )
 

@@ -254,7 +254,7 @@ def test_baselines_fall_back_to_the_packaged_seeds(tmp_path: Path) -> None:
     assert store.baseline("main").run_id == "shipped"
     local = dataclasses.replace(sample_run(), run_id="local")
     store.save(local)
-    assert store.source("main") == "packaged"
+    assert store.located("main")[1] == "packaged"
     for replace in (False, True):  # a packaged baseline is read-only, replace or not
         with pytest.raises(ReadOnly, match="baseline 'main' ships with Plumbline and is read-only"):
             store.promote("local", "main", replace=replace)
@@ -263,7 +263,7 @@ def test_baselines_fall_back_to_the_packaged_seeds(tmp_path: Path) -> None:
         store.promote("local", "main", shadow=True)  # shadowing a packaged baseline is a replacement too
     assert store.promote("local", "main", replace=True, shadow=True) == "shipped"
     assert store.baseline("main").run_id == "local"
-    assert store.source("main") == "stored, shadowing packaged"
+    assert store.located("main")[1] == "stored, shadowing packaged"
     assert (tmp_path / "main.json").read_text(encoding="utf-8") == dump_run(shipped)  # the seed is untouched
 
 

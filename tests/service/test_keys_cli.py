@@ -10,7 +10,7 @@ import pytest
 
 from service.access import Authenticator, read_key_file
 from service.cli import EXIT_BAD_INPUT, EXIT_OK, main
-from service.errors import Unauthenticated
+from service.errors import StoreUnavailable, Unauthenticated
 from service.state import open_state
 
 
@@ -88,3 +88,16 @@ def test_local_cli_writes_are_audited(tmp_path: Path, capsys: pytest.CaptureFixt
         state.close()
     assert (entry.action, entry.target, entry.detail["documents"]) == ("documents.ingest", str(folder), 1)
     assert entry.actor.startswith("local CLI (")
+
+
+def test_a_broken_secrets_file_keeps_its_last_good_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    secrets = tmp_path / "keys.json"
+    secrets.write_text('[{"key_id": "0123456789abcdef", "name": "x", "sha256": "' + "0" * 64 + '", "roles": {}}]')
+    with pytest.raises(StoreUnavailable, match="the service log says why") as refused:
+        Authenticator(None, secrets).authenticate("pl_0123456789abcdef_" + "a" * 43)
+    assert str(secrets) not in str(refused.value)
+    token = _issue(capsys, "keys", "create", "ci", "--role", "search", "--secrets-file", str(tmp_path / "good.json"))
+    auth = Authenticator(None, tmp_path / "good.json")
+    assert auth.authenticate(token).name == "ci"
+    (tmp_path / "good.json").write_text('[{"tenant": 5}]')  # a bad edit: the keys last read stay in use
+    assert auth.authenticate(token).name == "ci"

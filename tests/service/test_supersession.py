@@ -62,3 +62,13 @@ def test_an_id_belongs_to_one_tenant(index: Index) -> None:
     index.delete("shared")
     index.ingest([doc("shared", "evil")])  # once deleted, the id is free
     assert index.get("shared").document.tenant == "evil"
+
+
+def test_another_tenant_cannot_crowd_out_a_documents_superseder(index: Index) -> None:
+    """The trial: 101 `evil` documents naming `policy` made the real superseder fall off the end of one page of heads,
+    and the refresh that followed made acme's retired policy current again."""
+    index.ingest([doc("policy", "acme")])
+    index.ingest([doc("zz-policy-2", "acme", supersedes="policy")])  # sorts after every evil id
+    index.ingest([doc(f"evil/{n:03}", "evil", supersedes="policy") for n in range(100)])
+    index.ingest([doc("evil/last", "evil", supersedes="policy")])
+    assert index.get("policy").superseded_by == "zz-policy-2"

@@ -63,7 +63,7 @@ async def audit_log(
     action: str | None = None,
     actor: str | None = None,
     since: Annotated[UtcDatetime | None, Query(description="at or after (ISO 8601)")] = None,
-    before: Annotated[int | None, Query(ge=1, le=2**63 - 1, description="page on: the last page's next_before")] = None,
+    before: Annotated[int | None, Query(ge=1, le=2**31 - 1, description="page on: the last page's next_before")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
     """Every write, newest first: who (key name and id), what (action, target, details) and when."""

@@ -50,9 +50,8 @@ def get_document(doc_id: str, index: IndexDep, caller: DocumentReader) -> Docume
 
 @router.delete("/documents/{doc_id:path}", response_model=DeleteResponse)
 def delete_document(doc_id: str, index: IndexDep, runtime: RuntimeDep, caller: Ingester) -> DeleteResponse:
-    tenant = _visible(index, doc_id, caller).document.tenant
-    deleted = index.delete(doc_id)
-    audit(runtime, caller, "documents.delete", doc_id, {"deleted_chunks": deleted, "tenant": tenant})
+    deleted = index.delete(doc_id, lambda tenant: visible(caller, tenant))
+    audit(runtime, caller, "documents.delete", doc_id, {"deleted_chunks": deleted})
     return DeleteResponse(id=doc_id, deleted_chunks=deleted)
 
 

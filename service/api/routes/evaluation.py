@@ -50,9 +50,13 @@ def run_eval(
 ) -> dict[str, Any] | EvalJobOut:
     """Evaluate a set through the same pipeline as /search; with `baseline`, gate against it. With `"async": true`
     answer 202 at once: GET /eval/runs/{id} shows the progress, then the report. A tenant-bound key's run replays
-    the set's cases for its tenant over its tenant's documents, and cannot be a monitoring run."""
-    if body.monitoring and caller.tenant is not None:
-        raise Forbidden("a monitoring run covers every tenant: a tenant-bound key cannot start one")
+    the set's cases for its tenant over its tenant's documents, and cannot be a monitoring run; a monitoring run
+    needs `eval:admin`."""
+    if body.monitoring:
+        if caller.tenant is not None:
+            raise Forbidden("a monitoring run covers every tenant: a tenant-bound key cannot start one")
+        # it feeds the gauges and alerts with its own tolerance and baseline: not for a key that merely runs evals
+        require(caller, ("eval:admin",), "a monitoring run")
     config = GateConfig(
         metrics=tuple(body.metrics),
         tolerance=body.tolerance if body.tolerance is not None else GateConfig().tolerance,
@@ -96,7 +100,7 @@ def list_runs(
     set: str | None = None,
     kind: Literal["monitoring", "manual", "experiment"] | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
 ) -> list[RunSummary]:
     """Finished runs newest first, without their cases; of one set or kind if asked. An experiment shows its
     overrides. A tenant-bound key sees the runs confined to its tenant."""

@@ -12,10 +12,10 @@ from eval.incidents import CASE_PREFIX
 from service.access import Principal, visible, write_tenant
 from service.api.auth import AUTH_RESPONSES, IncidentReader, Reporter, Reviewer, audit
 from service.api.convert import to_params
-from service.api.deps import IncidentsDep, IndexDep, PipelineDep, RuntimeDep, SettingsDep
+from service.api.deps import EvalsDep, IncidentsDep, IndexDep, PipelineDep, RuntimeDep, SettingsDep
 from service.api.incident_schemas import IncidentCreated, IncidentIn, IncidentOut, IncidentPage, IncidentPatch
 from service.api.schemas import SearchOptions, UtcDatetime
-from service.errors import InvalidRequest, NotFound
+from service.errors import Forbidden, InvalidRequest, NotFound
 from service.incidents import IncidentReport, IncidentService
 from service.state.incidents import Incident
 from service.state.schema import iso
@@ -33,6 +33,7 @@ async def report_incident(
     pipeline: PipelineDep,
     settings: SettingsDep,
     runtime: RuntimeDep,
+    evals: EvalsDep,
     caller: Reporter,
 ) -> dict[str, Any]:
     """Report a failed answer. The same question (after normalising case, width, spacing and punctuation) in the
@@ -43,6 +44,8 @@ async def report_incident(
     if "tenant" in filters:
         filters["tenant"] = write_tenant(caller, filters["tenant"], "filters.tenant")
     tenant = write_tenant(caller, body.tenant, "tenant")
+    if caller.tenant is not None and body.set is not None and evals.sets.packaged(body.set):
+        raise Forbidden(f"set: {body.set!r} ships with Plumbline; a tenant-bound key reports into another set")
     report = IncidentReport(**{**body.model_dump(exclude={"filters"}), "tenant": tenant}, filters=filters)
     base = to_params(SearchOptions(), settings, reranker_configured=pipeline.reranker is not None)
     done = await run_in_threadpool(incidents.report, report, index, pipeline, base, settings.default_k)

@@ -44,6 +44,9 @@ def test_an_eval_runner_cannot_forge_the_gate(client: TestClient) -> None:
     for name in ("handbook", "other"):
         body = {"run_id": run_id, "name": name, "replace": True}
         assert client.post("/eval/baselines", headers=runner, json=body).status_code == 403
+    # nor feed the gauges a monitoring run gated on its own terms (a lenient tolerance, a weak baseline)
+    lenient = {"set": "handbook", "monitoring": True, "tolerance": 1, "baseline": "handbook"}
+    assert client.post("/eval/run", headers=runner, json=lenient).status_code == 403
     gated = client.post(
         "/eval/run", headers=runner, json={"set": "handbook", "overrides": DEGRADED, "baseline": "handbook"}
     ).json()

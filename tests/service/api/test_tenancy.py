@@ -127,7 +127,8 @@ def test_another_tenants_document_reads_as_missing(client: TestClient, evil: dic
 SET = (
     "\n".join(
         [
-            '{"id": "mine", "question": "refund window", "relevant": [{"doc_id": "evil/refunds"}]}',
+            '{"id": "mine", "question": "refund window", "relevant": [{"doc_id": "evil/refunds"}], '
+            '"filters": {"tenant": "evil"}}',
             '{"id": "open", "question": "annual refunds", "relevant": [{"doc_id": "billing/refunds"}]}',
             '{"id": "theirs", "question": "password rotation", "relevant": [{"doc_id": "security/password-policy"}], '
             '"filters": {"tenant": "larkspur"}}',
@@ -153,8 +154,9 @@ def test_a_bound_keys_eval_run_stays_in_its_tenant(
     report = client.post("/eval/run", headers=evil, json={"set": "shared", "k": [10]})
     assert report.status_code == 200, report.text
     body = report.json()
-    # cases filtered to larkspur are not replayed (nor counted); the case filters cannot pull larkspur in
-    assert sorted(c["id"] for c in body["cases"]) == ["mine", "open"]
+    # only the cases filed for evil are replayed: larkspur's are not, nor the tenant-less one, whose labels may name
+    # any tenant's documents (here larkspur's)
+    assert [c["id"] for c in body["cases"]] == ["mine"]
     retrieved = {hit["doc_id"] for c in body["cases"] for hit in c["top"]}
     assert retrieved == {"evil/refunds"}
     assert "security/password-policy" not in report.text
@@ -166,7 +168,7 @@ def test_a_bound_keys_eval_run_stays_in_its_tenant(
     assert client.get(f"/eval/runs/{run_id}/trec", headers=larkspur).status_code == 404
     exported = client.get("/eval/sets/shared", headers=evil).text
     assert "larkspur" not in exported
-    assert exported.count("\n") == 2
+    assert exported.count("\n") == 1
     # a set holding no case for its tenant, and monitoring runs (they feed every tenant's gauges), are refused
     only_theirs = SET.splitlines()[2] + "\n"
     assert client.put("/eval/sets/theirs", headers=admin, content=only_theirs).status_code == 200
@@ -185,6 +187,10 @@ def test_a_bound_keys_incidents_stay_in_its_tenant(
     refused = client.post("/eval/incidents", headers=evil, json=theirs)  # larkspur's document does not exist for evil
     assert refused.status_code == 422
     assert "larkspur" not in refused.text
+    packaged = client.post(
+        "/eval/incidents", headers=evil, json={**theirs, "doc_id": "evil/x", "set": "handbook"}
+    )  # a tenant's key cannot add cases to the set that ships with Plumbline
+    assert packaged.status_code == 403
     filtered = client.post("/eval/incidents", headers=evil, json={**theirs, "filters": {"tenant": "larkspur"}})
     assert filtered.status_code == 403
     posted = client.post("/eval/incidents", headers=larkspur, json={**theirs, "reporter": "sam"})

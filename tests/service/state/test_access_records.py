@@ -77,5 +77,9 @@ def test_the_audit_log_pages_newest_first(state_url: str) -> None:
         assert rest[-1].detail == {"n": 0}
         assert rest[-1].request_id == "r0"
         assert state.audit.page(since="2999-01-01T00:00:00.000000Z") == []
+        # the longest actor a key makes and the longest X-Request-ID the service accepts fit: no entry is lost
+        long_actor, long_request = "n" * 160 + " (0123456789abcdef)", "r" * 128
+        state.audit.append(long_actor, "t" * 200, "key.create", "x", {}, long_request)
+        assert state.audit.page(limit=1)[0].actor == long_actor
     finally:
         state.close()
