@@ -224,6 +224,19 @@ class Authenticator:
             raise Unauthenticated(UNAUTHENTICATED)
         return Principal(key.name, key.key_id, frozenset(key.roles), key.tenant)
 
+    def cached(self, token: str | None) -> Principal | None:
+        """The caller, if the key is a store key cached and valid now (no I/O: safe on the event loop); else None,
+        and `authenticate` decides."""
+        key_id = parse_token(token) if token else None
+        with self._lock:
+            entry = self._cache.get(key_id) if key_id else None
+        if entry is None or entry[1] is None or time.monotonic() - entry[0] >= CACHE_SECONDS or token is None:
+            return None
+        key = entry[1]
+        if key.revoked_at is not None or not _matches(key, hash_token(token)):
+            return None
+        return Principal(key.name, key.key_id, frozenset(key.roles), key.tenant)
+
     def forget(self, key_id: str) -> None:
         """Drop a cached key (after this replica changed it)."""
         with self._lock:

@@ -42,8 +42,11 @@ async def get_principal(
     if runtime.settings.auth == "off":
         return ANONYMOUS
     token = (header_key or "").strip() or (bearer.credentials.strip() if bearer else None)
-    # a thread: a key not cached yet is looked up in the state store
-    principal: Principal = await run_in_threadpool(runtime.authenticator.authenticate, token)
+    auth = runtime.authenticator
+    # a key cached in the last few seconds is checked here; any other is looked up in the state store, in a thread
+    principal = auth.cached(token) if auth.file is None else None
+    if principal is None:
+        principal = await run_in_threadpool(auth.authenticate, token)
     return principal
 
 
