@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from eval.storage import RunStore, SetStore
+from service import logs
 from service.access import Authenticator
 from service.api.convert import parse_filters, run_spec
 from service.api.schemas import SearchOptions
@@ -332,12 +333,15 @@ class Runtime:
         detail = {"documents": len(docs), "chunks": chunks, "unchanged": unchanged}
         self.record("serve --ingest", "documents.ingest", str(folder), detail)
 
-    def record(self, actor: str, action: str, target: str, detail: Mapping[str, object]) -> None:
-        """An audit entry for a write the service made by itself (or a CLI for its user); logged if it fails."""
+    def record(
+        self, actor: str, action: str, target: str, detail: Mapping[str, object], tenant: str | None = None
+    ) -> None:
+        """The audit entry of a write that has happened (with the request's id, if a request made it). The write is
+        not undone if this fails: the entry goes to the error log instead."""
         try:
-            self.audit.append(actor, None, action, target, detail)
+            self.audit.append(actor, tenant, action, target, detail, logs.request_id.get())
         except PlumblineError:
-            log.error("audit entry lost: %s by %s on %s: %s", action, actor, target, detail, exc_info=True)
+            log.error("audit entry lost: %s by %s on %s: %s", action, actor, target, dict(detail), exc_info=True)
 
     def close(self) -> None:
         if self._evals is not None:  # first: a scheduled run in progress stops at its next batch too

@@ -7,7 +7,6 @@ every caller is `ANONYMOUS`, who holds every role, and every response says so in
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -15,12 +14,9 @@ from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from service import logs
 from service.access import ANONYMOUS, Principal, require
-from service.errors import PlumblineError
 from service.runtime import Runtime
 
-log = logging.getLogger("plumbline")
 AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"description": "no valid API key (X-API-Key or Authorization: Bearer)"},
     403: {"description": "the key lacks the role, or its tenant binding forbids the request"},
@@ -87,8 +83,5 @@ async def metrics_caller(
 
 
 def audit(runtime: Runtime, who: Principal, action: str, target: str, detail: Mapping[str, Any]) -> None:
-    """Record a write that has happened. The write is not undone if this fails: the entry goes to the log instead."""
-    try:
-        runtime.audit.append(who.actor, who.tenant, action, target, detail, logs.request_id.get())
-    except PlumblineError:
-        log.error("audit entry lost: %s by %s on %s: %s", action, who.actor, target, dict(detail), exc_info=True)
+    """Record a write `who` made (`Runtime.record`)."""
+    runtime.record(who.actor, action, target, detail, who.tenant)
