@@ -220,22 +220,17 @@ class Authenticator:
         key = self._lookup(key_id)
         if key is not None and key.source == "store" and not _matches(key, digest):
             key = self._lookup(key_id, fresh=True)  # rotated on another replica since it was cached
-        if key is None or key.revoked_at is not None or not _matches(key, digest):
+        principal = _principal(key, digest)
+        if principal is None:
             raise Unauthenticated(UNAUTHENTICATED)
-        return Principal(key.name, key.key_id, frozenset(key.roles), key.tenant)
+        return principal
 
     def cached(self, token: str | None) -> Principal | None:
         """The caller, if the key is a store key cached and valid now (no I/O: safe on the event loop); else None,
         and `authenticate` decides."""
         key_id = parse_token(token) if token else None
-        with self._lock:
-            entry = self._cache.get(key_id) if key_id else None
-        if entry is None or entry[1] is None or time.monotonic() - entry[0] >= CACHE_SECONDS or token is None:
-            return None
-        key = entry[1]
-        if key.revoked_at is not None or not _matches(key, hash_token(token)):
-            return None
-        return Principal(key.name, key.key_id, frozenset(key.roles), key.tenant)
+        hit = self._from_cache(key_id) if key_id else None
+        return _principal(hit[0], hash_token(token)) if hit is not None and token is not None else None
 
     def forget(self, key_id: str) -> None:
         """Drop a cached key (after this replica changed it)."""
@@ -253,18 +248,33 @@ class Authenticator:
             return in_file
         if self.records is None:
             return None
+        hit = None if fresh else self._from_cache(key_id)
+        if hit is not None:
+            return hit[0]
         now = time.monotonic()
-        with self._lock:
-            cached = self._cache.get(key_id)
-        # an unknown id is trusted for 1 s only, so a key created on another replica works almost at once
-        if not fresh and cached is not None and now - cached[0] < (CACHE_SECONDS if cached[1] else 1.0):
-            return cached[1]
         key = self.records.get(key_id)
         with self._lock:
             if len(self._cache) > 10_000:  # unknown ids are cached too: a flood of them must not grow memory
                 self._cache.clear()
             self._cache[key_id] = (now, key)
         return key
+
+    def _from_cache(self, key_id: str) -> tuple[ApiKey | None] | None:
+        """The cached answer for `key_id` while it is trusted, else None. An unknown id is trusted for 1 s only,
+        so a key created on another replica works almost at once."""
+        with self._lock:
+            cached = self._cache.get(key_id)
+        if cached is None or time.monotonic() - cached[0] >= (CACHE_SECONDS if cached[1] else 1.0):
+            return None
+        return (cached[1],)
+
+
+def _principal(key: ApiKey | None, digest: str) -> Principal | None:
+    """The caller a key of hash `digest` is, if `key` is live and `digest` its secret's (or its previous one's in
+    the rotation's grace period); else None."""
+    if key is None or key.revoked_at is not None or not _matches(key, digest):
+        return None
+    return Principal(key.name, key.key_id, frozenset(key.roles), key.tenant)
 
 
 def _matches(key: ApiKey, digest: str) -> bool:
