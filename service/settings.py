@@ -32,6 +32,27 @@ class Settings(BaseSettings):
     qdrant_url: str | None = None
     qdrant_api_key: str | None = None
     collection: str = "plumbline"
+    # the Qdrant server backend: how requests behave, and how the collection is created (only when it does not exist)
+    qdrant_timeout: float = Field(5.0, gt=0, le=300, description="seconds one request may wait for an answer")
+    qdrant_connect_timeout: float = Field(2.0, gt=0, le=60, description="seconds to open a connection")
+    qdrant_retries: int = Field(
+        2,
+        ge=0,
+        le=10,
+        description="retries of a request that failed transiently (no connection, timeout, 429, 502-504), with "
+        "exponential backoff from 0.1 s; past them the request answers 503",
+    )
+    qdrant_shards: int = Field(1, ge=1, le=1000, description="shard_number of the collection")
+    qdrant_replication_factor: int = Field(1, ge=1, le=100, description="copies of each shard")
+    qdrant_write_consistency: int = Field(1, ge=1, le=100, description="replicas that must confirm a write")
+    qdrant_on_disk: bool = Field(False, description="keep the original vectors and the payload on disk (large corpora)")
+    qdrant_quantization: Literal["int8", "none"] = Field(
+        "int8", description="int8 scalar quantisation of the dense vectors (kept in RAM), rescored on the originals"
+    )
+    qdrant_hnsw_m: int = Field(16, ge=0, le=128, description="HNSW edges per node (0: no graph, exact scan)")
+    qdrant_hnsw_ef_construct: int = Field(100, ge=4, le=4096, description="HNSW build-time beam width")
+    qdrant_hnsw_ef: int = Field(128, ge=1, le=4096, description="HNSW search-time beam width")
+    qdrant_rescore: bool = Field(True, description="rescore quantised candidates on the original vectors")
 
     # models
     embedding_model: str = PACKAGED_MODEL
@@ -134,6 +155,8 @@ class Settings(BaseSettings):
             raise ValueError("chunk_overlap must be under half of chunk_size")
         if self.backend == "qdrant" and not self.qdrant_url:
             raise ValueError("backend 'qdrant' needs qdrant_url (PLUMBLINE_QDRANT_URL)")
+        if self.qdrant_write_consistency > self.qdrant_replication_factor:
+            raise ValueError("qdrant_write_consistency cannot exceed qdrant_replication_factor")
         if any(seconds < 1 for seconds in self.eval_schedule.values()):
             raise ValueError("eval_schedule intervals are seconds, at least 1")
         if (
