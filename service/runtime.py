@@ -9,6 +9,7 @@ fakes through `Components` instead of patching.
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import shutil
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from eval.storage import RunStore, SetStore
 from service import logs
@@ -27,7 +28,15 @@ from service.api.schemas import SearchOptions
 from service.chunking import Chunker, ChunkerConfig
 from service.datadir import DataDirLock
 from service.embedding import Embedder, SentenceTransformerEmbedder
-from service.errors import DataDirLocked, DataDirUnavailable, InsufficientStorage, NotReady, PlumblineError, public
+from service.errors import (
+    DataDirLocked,
+    DataDirUnavailable,
+    InsufficientStorage,
+    NotReady,
+    PlumblineError,
+    StoreUnavailable,
+    public,
+)
 from service.evaluation import EvalService
 from service.incidents import IncidentService
 from service.index import Index, IndexLimits
@@ -42,6 +51,9 @@ from service.state import StateStore, open_state
 from service.state.audit import AuditRecords
 from service.stores.base import VectorStore
 from service.tokenizer import TokenizerConfig
+
+if TYPE_CHECKING:
+    from service.stores.qdrant import QdrantOptions
 
 log = logging.getLogger("plumbline")
 PRELOAD_BATCH = 16  # documents per ingest batch at start-up: a progress line after each
@@ -76,14 +88,34 @@ def build_reranker(settings: Settings) -> Reranker | None:
 
 def build_store(settings: Settings) -> VectorStore:
     if settings.backend == "qdrant":
-        from qdrant_client import QdrantClient
+        from service.stores.qdrant import QdrantStore, connect
 
-        from service.stores.qdrant import QdrantStore
-
-        return QdrantStore(QdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key), settings.collection)
+        options = qdrant_options(settings)
+        client = connect(settings.qdrant_url or "", settings.qdrant_api_key, options)
+        return QdrantStore(client, settings.collection, options)
     from service.stores.edge import EdgeStore
 
     return EdgeStore(settings.data_dir / "index")
+
+
+def qdrant_options(settings: Settings) -> QdrantOptions:
+    from service.stores.qdrant import QdrantOptions  # qdrant-client takes over a second to import: only when used
+
+    s = settings
+    return QdrantOptions(
+        timeout=s.qdrant_timeout,
+        connect_timeout=s.qdrant_connect_timeout,
+        retries=s.qdrant_retries,
+        shards=s.qdrant_shards,
+        replication_factor=s.qdrant_replication_factor,
+        write_consistency=s.qdrant_write_consistency,
+        on_disk=s.qdrant_on_disk,
+        quantization=s.qdrant_quantization == "int8",
+        hnsw_m=s.qdrant_hnsw_m,
+        hnsw_ef_construct=s.qdrant_hnsw_ef_construct,
+        hnsw_ef=s.qdrant_hnsw_ef,
+        rescore=s.qdrant_rescore,
+    )
 
 
 class Runtime:
@@ -106,6 +138,8 @@ class Runtime:
         self.metrics = metrics
         self.preload = preload
         self.error: str | None = None
+        self._waiting: str | None = None  # why warm-up is waiting (an unreachable vector store), shown by readiness
+        self._closing = threading.Event()
         self.lock = DataDirLock(settings.data_dir)
         self._state: StateStore | None = None
         self._authenticator: Authenticator | None = None
@@ -125,7 +159,7 @@ class Runtime:
         """Why the service should get no traffic now (loading, a failed start, a store refusing writes), or
         None; safe to show (no file paths). Reads flags only: it never waits on the engine."""
         if not self.ready:
-            return public(self.error) if self.error else None
+            return public(self.error) if self.error else self._waiting
         return self._index.store.health() if self._index is not None else None
 
     def reserve_space(self, needed: int) -> None:
@@ -273,6 +307,30 @@ class Runtime:
         embedder.embed_queries(["warm-up"])  # the first forward pass is slow: pay it before readiness
         if reranker is not None:
             reranker.score("warm-up", ["warm-up"])
+        index = self._until_reachable(lambda: self._open_index(store, embedder, check=check))
+        for folder in self.preload:
+            self._until_reachable(functools.partial(self._preload, index, folder))
+        self._index = index
+        self._pipeline = SearchPipeline(
+            store,
+            embedder,
+            index.encoder,
+            reranker,
+            Limits(s.max_k, s.max_candidates, s.max_rerank_depth, s.max_query_chars),
+            observe_stage=self.metrics.observe_stage if self.metrics else None,
+        )
+        # The models leave ~450k objects that every full garbage collection would scan (330 ms with the GIL held:
+        # every request waits). They live as long as the process: move them out of the collector's sight.
+        gc.collect()
+        gc.freeze()
+        self._ready.set()
+        log.info("ready: %d documents, %d chunks", index.documents(), index.chunks())
+        if self.metrics:
+            self.metrics.ready.set(1)
+
+    def _open_index(self, store: VectorStore, embedder: Embedder, *, check: bool) -> Index:
+        """The index over `store`, after the integrity check (logged, and repaired as the settings say)."""
+        s = self.settings
         index = Index(
             store,
             embedder,
@@ -291,25 +349,27 @@ class Runtime:
                 log.warning("integrity repair: %s", action)
             if done:
                 self.record("start-up check", "index.repair", str(s.data_dir), {"done": done})
-        for folder in self.preload:
-            self._preload(index, folder)
-        self._index = index
-        self._pipeline = SearchPipeline(
-            store,
-            embedder,
-            index.encoder,
-            reranker,
-            Limits(s.max_k, s.max_candidates, s.max_rerank_depth, s.max_query_chars),
-            observe_stage=self.metrics.observe_stage if self.metrics else None,
-        )
-        # The models leave ~450k objects that every full garbage collection would scan (330 ms with the GIL held:
-        # every request waits). They live as long as the process: move them out of the collector's sight.
-        gc.collect()
-        gc.freeze()
-        self._ready.set()
-        log.info("ready: %d documents, %d chunks", index.documents(), index.chunks())
-        if self.metrics:
-            self.metrics.ready.set(1)
+        return index
+
+    def _until_reachable(self, step: Callable[[], T]) -> T:
+        """`step()`, once the vector store answers: while a Qdrant server is unreachable at start-up, readiness says
+        so and the step is retried with backoff (1 s, doubling to 30 s) until it succeeds or the runtime closes.
+        The embedded store's failures propagate at once (waiting would not mend a broken data directory)."""
+        delay = 1.0
+        while True:
+            try:
+                result = step()
+            except StoreUnavailable as exc:
+                if self.settings.backend == "edge" or self._closing.is_set():
+                    raise
+                self._waiting = f"waiting for the vector store: {exc}"
+                log.warning("%s; retrying in %.0f s", self._waiting, delay)
+                if self._closing.wait(delay):
+                    raise
+                delay = min(delay * 2, 30.0)
+                continue
+            self._waiting = None
+            return result
 
     def _preload(self, index: Index, folder: Path) -> None:
         """Ingest `folder` in small batches, logging the progress after each (the first start's long minute)."""
@@ -344,6 +404,7 @@ class Runtime:
             log.error("audit entry lost: %s by %s on %s: %s", action, actor, target, dict(detail), exc_info=True)
 
     def close(self) -> None:
+        self._closing.set()  # a warm-up waiting for the vector store gives up
         if self._evals is not None:  # first: a scheduled run in progress stops at its next batch too
             self._evals.shutdown()
         self.scheduler.stop()

@@ -106,6 +106,10 @@ class VectorStore(Protocol):
         """Every point in id order, `limit` at a time from `offset` (None: the start), with only `fields` of the
         payload (none if empty); returns the page and the next offset (None after the last page)."""
 
+    def dump(self, offset: str | None, limit: int) -> tuple[list[StorePoint], str | None]:
+        """Like `page`, with each point's whole payload and its vectors (dense normalised, as the engine keeps
+        cosine vectors): what `plumbline export` writes and `upsert` takes back."""
+
     def purge(self, ids: Sequence[str]) -> None:
         """Delete the given points, also ones whose payload can no longer be read; durable once it returns."""
 
@@ -125,6 +129,18 @@ def named_vectors(p: StorePoint, sparse: Callable[[SparseVector], Any]) -> dict[
     if p.sparse is not None and not p.sparse.is_empty:
         vectors[SPARSE] = sparse(p.sparse)
     return vectors
+
+
+def stored_point(id_: str, payload: Mapping[str, Any] | None, vectors: Mapping[str, Any] | None) -> StorePoint:
+    """A point read back from an engine, its vectors given by name (the sparse one with `indices` and `values`)."""
+    vectors = vectors or {}
+    dense, sparse = vectors.get(DENSE), vectors.get(SPARSE)
+    return StorePoint(
+        id_,
+        payload or {},
+        dense=list(dense) if dense is not None else None,
+        sparse=SparseVector(tuple(sparse.indices), tuple(sparse.values)) if sparse is not None else None,
+    )
 
 
 T = TypeVar("T")

@@ -37,6 +37,7 @@ from service.stores.base import (
     StorePoint,
     VectorQuery,
     named_vectors,
+    stored_point,
     translate,
 )
 
@@ -194,6 +195,13 @@ class EdgeStore:
         with _engine("read from the index"):
             records, after = self._open.scroll(qe.ScrollRequest(offset=offset, limit=limit, with_payload=payload))
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records], None if after is None else str(after)
+
+    def dump(self, offset: str | None, limit: int) -> tuple[list[StorePoint], str | None]:
+        with _engine("read from the index"):
+            records, after = self._open.scroll(
+                qe.ScrollRequest(offset=offset, limit=limit, with_payload=True, with_vector=True)
+            )
+        return [stored_point(str(r.id), r.payload, r.vector) for r in records], None if after is None else str(after)
 
     def count(self, where: Clause) -> int:
         with _engine("count in the index"):

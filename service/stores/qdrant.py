@@ -1,18 +1,33 @@
 """The distributed backend: a Qdrant server or cluster through `qdrant-client`.
 
 What the Helm chart deploys when one machine is not enough. Tests run it against
-`QdrantClient(":memory:")`, which speaks the same API (too slow to serve, fine to check congruence).
-Writes use `wait=True`, so a returned call is applied and durable on the server.
+`QdrantClient(":memory:")`, which speaks the same API (too slow to serve, fine to check congruence), and over real
+HTTP against a fake server backed by it (`tests/service/stores/fake_qdrant.py`) for the network's failures.
+Writes use `wait=True`, so a returned call is applied and durable on the server; every call is idempotent
+(points have fixed ids), so a transient failure (no connection, a timeout, 429, 502-504) is retried with
+exponential backoff, `QdrantOptions.retries` times. Past them the call raises `StoreUnavailable` (HTTP 503) and
+the store is marked down: `health()` says why (readiness turns false), later calls make a single attempt (a
+downed server answers 503 at once instead of after the retries), and a background probe clears the mark when the
+server answers again. The collection's layout (shards, replicas, quantisation, HNSW, on-disk storage) is set
+when it is created; an existing collection keeps its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
+import httpx
 from qdrant_client import QdrantClient
 from qdrant_client import models as m
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
+from service.errors import StoreUnavailable
 from service.filters import Clause, NumberRange
 from service.sparse import SparseVector
 from service.stores.base import (
@@ -25,6 +40,7 @@ from service.stores.base import (
     StorePoint,
     VectorQuery,
     named_vectors,
+    stored_point,
     translate,
 )
 
@@ -56,6 +72,48 @@ class _ClientDialect:
 
 
 _DIALECT = _ClientDialect()
+log = logging.getLogger("plumbline")
+T = TypeVar("T")
+BACKOFF_SECONDS = 0.1  # before the first retry; doubled before each further one
+PROBE_SECONDS = 2.0  # how often a store marked down is probed
+TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class QdrantOptions:
+    """How requests behave (timeouts in seconds, retries) and how the collection is created (`Settings.qdrant_*`)."""
+
+    timeout: float = 5.0
+    connect_timeout: float = 2.0
+    retries: int = 2
+    shards: int = 1
+    replication_factor: int = 1
+    write_consistency: int = 1
+    on_disk: bool = False
+    quantization: bool = True
+    hnsw_m: int = 16
+    hnsw_ef_construct: int = 100
+    hnsw_ef: int = 128
+    rescore: bool = True
+
+    @property
+    def worst_case_seconds(self) -> float:
+        """The longest one call can take before it raises: every attempt timing out, plus the backoff."""
+        attempts = self.retries + 1
+        return attempts * (self.connect_timeout + self.timeout) + BACKOFF_SECONDS * float(2 ** (attempts - 1) - 1)
+
+
+def connect(url: str, api_key: str | None, options: QdrantOptions) -> QdrantClient:
+    """A REST client for the server at `url` whose every request has `options`' connect and read timeouts."""
+    client = QdrantClient(url=url, api_key=api_key, timeout=math.ceil(options.timeout), check_compatibility=False)
+    timeout = httpx.Timeout(options.timeout, connect=options.connect_timeout).as_dict()
+
+    def timeouts(request: httpx.Request, call_next: Callable[[httpx.Request], httpx.Response]) -> httpx.Response:
+        request.extensions["timeout"] = timeout  # qdrant-client itself only takes whole seconds, for both
+        return call_next(request)
+
+    client.http.client.add_middleware(timeouts)
+    return client
 
 
 class QdrantStore:
@@ -66,31 +124,80 @@ class QdrantStore:
         >>> store.ensure_schema(384)
     """
 
-    def __init__(self, client: QdrantClient, collection: str) -> None:
+    def __init__(self, client: QdrantClient, collection: str, options: QdrantOptions | None = None) -> None:
         self.client = client
         self.collection = collection
+        self.options = options or QdrantOptions()
+        self._down: str | None = None  # why the last call failed, until a call or the probe succeeds
+        self._probe: threading.Thread | None = None
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        o = self.options
+        self._dense_params = m.SearchParams(
+            hnsw_ef=o.hnsw_ef,
+            quantization=m.QuantizationSearchParams(rescore=o.rescore, oversampling=2.0) if o.quantization else None,
+        )
 
     def ensure_schema(self, dimension: int) -> None:
-        if not self.client.collection_exists(self.collection):
-            self.client.create_collection(
-                self.collection,
-                vectors_config={DENSE: m.VectorParams(size=dimension, distance=m.Distance.COSINE)},
-                sparse_vectors_config={SPARSE: m.SparseVectorParams(modifier=m.Modifier.IDF)},
-            )
-        existing = self.client.get_collection(self.collection).payload_schema
-        for field, kind in PAYLOAD_INDEXES.items():
+        if not self._call("read the collection", lambda: self.client.collection_exists(self.collection)):
+            self._create(dimension)
+        existing = self._call("read the collection", lambda: self.client.get_collection(self.collection)).payload_schema
+        for field in PAYLOAD_INDEXES:
             if field not in existing:
-                self.client.create_payload_index(self.collection, field, _SCHEMA[kind], wait=True)
+                self._index_field(field)
+
+    def _index_field(self, field: str) -> None:
+        schema: Any = _SCHEMA[PAYLOAD_INDEXES[field]]
+        if field == "tenant":  # the server keeps each tenant's points together: a tenant's filtered search is faster
+            schema = m.KeywordIndexParams(type=m.KeywordIndexType.KEYWORD, is_tenant=True)
+        self._call(
+            "index a payload field", lambda: self.client.create_payload_index(self.collection, field, schema, wait=True)
+        )
+
+    def _create(self, dimension: int) -> None:
+        o = self.options
+        quantization = m.ScalarQuantization(
+            scalar=m.ScalarQuantizationConfig(type=m.ScalarType.INT8, quantile=0.99, always_ram=True)
+        )
+        try:
+            self._call(
+                "create the collection",
+                lambda: self.client.create_collection(
+                    self.collection,
+                    vectors_config={
+                        DENSE: m.VectorParams(size=dimension, distance=m.Distance.COSINE, on_disk=o.on_disk)
+                    },
+                    sparse_vectors_config={
+                        SPARSE: m.SparseVectorParams(
+                            modifier=m.Modifier.IDF, index=m.SparseIndexParams(on_disk=o.on_disk)
+                        )
+                    },
+                    shard_number=o.shards,
+                    replication_factor=o.replication_factor,
+                    write_consistency_factor=o.write_consistency,
+                    on_disk_payload=o.on_disk,
+                    hnsw_config=m.HnswConfigDiff(m=o.hnsw_m, ef_construct=o.hnsw_ef_construct),
+                    quantization_config=quantization if o.quantization else None,
+                ),
+            )
+        except StoreUnavailable:  # another replica created it in between
+            if not self._call("read the collection", lambda: self.client.collection_exists(self.collection)):
+                raise
+        log.info("created collection %s: %s", self.collection, o)
 
     def upsert(self, points: Sequence[StorePoint]) -> None:
-        self.client.upsert(self.collection, [_point(p) for p in points], wait=True)
+        batch = [_point(p) for p in points]
+        self._call("write points", lambda: self.client.upsert(self.collection, batch, wait=True))
 
     def delete(self, where: Clause) -> None:
-        self.client.delete(self.collection, m.FilterSelector(filter=translate(where, _DIALECT)), wait=True)
+        selector = m.FilterSelector(filter=translate(where, _DIALECT))
+        self._call("delete points", lambda: self.client.delete(self.collection, selector, wait=True))
 
     def set_payload(self, where: Clause, values: Mapping[str, Any]) -> None:
-        self.client.set_payload(
-            self.collection, dict(values), points=m.FilterSelector(filter=translate(where, _DIALECT)), wait=True
+        selector = m.FilterSelector(filter=translate(where, _DIALECT))
+        self._call(
+            "set a payload",
+            lambda: self.client.set_payload(self.collection, dict(values), points=selector, wait=True),
         )
 
     def query(self, queries: Sequence[VectorQuery]) -> list[list[ScoredPoint]]:
@@ -103,44 +210,131 @@ class QdrantStore:
                 filter=translate(q.filter, _DIALECT),
                 limit=q.limit,
                 with_payload=list(CANDIDATE_FIELDS),
+                params=self._dense_params if q.using == DENSE else None,
             )
             for q in queries
         ]
-        results = self.client.query_batch_points(self.collection, requests)
+        results = self._call("search", lambda: self.client.query_batch_points(self.collection, requests))
         return [[ScoredPoint(str(p.id), float(p.score), p.payload or {}) for p in r.points] for r in results]
 
     def retrieve(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> list[ScoredPoint]:
         payload: list[str] | bool = list(fields) if fields else True
-        records = self.client.retrieve(self.collection, list(ids), with_payload=payload, with_vectors=False)
+        records = self._call(
+            "read points",
+            lambda: self.client.retrieve(self.collection, list(ids), with_payload=payload, with_vectors=False),
+        )
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records]
 
     def scroll(self, where: Clause, limit: int, fields: Sequence[str] | None = None) -> list[ScoredPoint]:
-        records, _ = self.client.scroll(
-            self.collection,
-            scroll_filter=translate(where, _DIALECT),
-            limit=limit,
-            with_payload=list(fields or []) or True,
+        records, _ = self._call(
+            "read points",
+            lambda: self.client.scroll(
+                self.collection,
+                scroll_filter=translate(where, _DIALECT),
+                limit=limit,
+                with_payload=list(fields or []) or True,
+            ),
         )
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records]
 
     def page(self, offset: str | None, limit: int, fields: Sequence[str]) -> tuple[list[ScoredPoint], str | None]:
-        records, after = self.client.scroll(
-            self.collection, offset=offset, limit=limit, with_payload=list(fields) if fields else False
+        records, after = self._call(
+            "read points",
+            lambda: self.client.scroll(
+                self.collection, offset=offset, limit=limit, with_payload=list(fields) if fields else False
+            ),
         )
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records], None if after is None else str(after)
 
+    def dump(self, offset: str | None, limit: int) -> tuple[list[StorePoint], str | None]:
+        records, after = self._call(
+            "read points",
+            lambda: self.client.scroll(
+                self.collection, offset=offset, limit=limit, with_payload=True, with_vectors=True
+            ),
+        )
+        points = [stored_point(str(r.id), r.payload, r.vector if isinstance(r.vector, dict) else None) for r in records]
+        return points, None if after is None else str(after)
+
     def purge(self, ids: Sequence[str]) -> None:
         if ids:
-            self.client.delete(self.collection, m.PointIdsList(points=list(ids)), wait=True)
+            selector = m.PointIdsList(points=list(ids))
+            self._call("delete points", lambda: self.client.delete(self.collection, selector, wait=True))
 
     def health(self) -> str | None:
-        return None
+        return self._down
 
     def count(self, where: Clause) -> int:
-        return self.client.count(self.collection, count_filter=translate(where, _DIALECT), exact=True).count
+        counted = self._call(
+            "count points",
+            lambda: self.client.count(self.collection, count_filter=translate(where, _DIALECT), exact=True),
+        )
+        return counted.count
 
     def close(self) -> None:
+        self._closed.set()
         self.client.close()
+
+    def _call(self, doing: str, request: Callable[[], T]) -> T:
+        """`request()`, retried on transient failures (a single attempt while the store is marked down); any
+        failure of the server's becomes `StoreUnavailable`, saying what failed and why, without the server's URL."""
+        attempts = 1 if self._down else self.options.retries + 1
+        started, attempt = time.monotonic(), 0
+        while True:
+            try:
+                result = request()
+            except (ResponseHandlingException, UnexpectedResponse, httpx.HTTPError) as exc:
+                attempt += 1
+                status = getattr(exc, "status_code", None)
+                transient = status is None or status in TRANSIENT_STATUSES
+                if transient and attempt < attempts:
+                    time.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1))
+                    continue
+                reason = _reason(exc)
+                if transient or status in (401, 403):
+                    took = time.monotonic() - started
+                    self._mark_down(
+                        f"the Qdrant server is unavailable ({reason}; {attempt} attempt(s) in {took:.1f} s)"
+                    )
+                raise StoreUnavailable(f"the Qdrant server could not {doing}: {reason}") from exc
+            if self._down:
+                self._mark_up()
+            return result
+
+    def _mark_down(self, reason: str) -> None:
+        with self._lock:
+            if self._down is None:
+                log.error("%s; probing every %.0f s until it answers", reason, PROBE_SECONDS)
+            self._down = f"{reason}; searches and writes answer 503 until it is back"
+            if self._probe is None or not self._probe.is_alive():
+                self._probe = threading.Thread(target=self._probe_until_up, name="qdrant-probe", daemon=True)
+                self._probe.start()
+
+    def _mark_up(self) -> None:
+        with self._lock:
+            if self._down is not None:
+                log.warning("the Qdrant server answers again")
+            self._down = None
+
+    def _probe_until_up(self) -> None:
+        while self._down is not None and not self._closed.wait(PROBE_SECONDS):
+            try:
+                self.client.collection_exists(self.collection)
+            except Exception:  # still down: the next round tries again
+                continue
+            self._mark_up()
+
+
+def _reason(exc: Exception) -> str:
+    """What went wrong, in words: a status and the server's message, or the connection's failure."""
+    if isinstance(exc, UnexpectedResponse):
+        if exc.status_code in (401, 403):
+            return f"it refused the API key ({exc.status_code}): check PLUMBLINE_QDRANT_API_KEY"
+        return f"it answered {exc.status_code} {exc.reason_phrase}: {exc.content.decode(errors='replace')[:300]}"
+    cause = exc.source if isinstance(exc, ResponseHandlingException) else exc
+    if isinstance(cause, httpx.TimeoutException):
+        return f"no answer in time ({type(cause).__name__})"
+    return f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
 
 
 def _sparse(vector: SparseVector) -> Any:

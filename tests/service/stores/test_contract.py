@@ -21,7 +21,8 @@ from service.sparse import SparseVector
 from service.stores import edge as edge_module
 from service.stores.base import DENSE, SPARSE, StorePoint, VectorQuery, VectorStore
 from service.stores.edge import EdgeStore
-from service.stores.qdrant import QdrantStore
+from service.stores.qdrant import QdrantOptions, QdrantStore, connect
+from tests.service.stores.fake_qdrant import FakeQdrantServer
 
 CHUNKS = Clause(must=(Match("kind", "chunk"),))
 
@@ -55,11 +56,28 @@ def _points() -> list[StorePoint]:
     return out
 
 
-@pytest.fixture(params=["edge", "qdrant-memory"])
+# what a production collection is created with (int8, HNSW, on-disk storage, shards): the suite must pass with it
+CLUSTER = QdrantOptions(shards=2, on_disk=True, hnsw_m=16, hnsw_ef=64, quantization=True, rescore=True)
+
+
+@pytest.fixture(scope="module")
+def fake_server() -> Iterator[FakeQdrantServer]:
+    server = FakeQdrantServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["edge", "qdrant-memory", "qdrant-http"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorStore]:
-    s: VectorStore = (
-        EdgeStore(tmp_path / "index") if request.param == "edge" else QdrantStore(QdrantClient(":memory:"), "t")
-    )
+    s: VectorStore
+    if request.param == "edge":
+        s = EdgeStore(tmp_path / "index")
+    elif request.param == "qdrant-memory":
+        s = QdrantStore(QdrantClient(":memory:"), "t", CLUSTER)
+    else:  # the real client over real HTTP, to the fake server (one collection per test)
+        server = request.getfixturevalue("fake_server")
+        s = QdrantStore(connect(server.url, None, CLUSTER), tmp_path.name, CLUSTER)
     s.ensure_schema(4)
     s.ensure_schema(4)  # idempotent
     s.upsert(_points())
@@ -269,3 +287,28 @@ def test_purge_deletes_by_id_and_health_is_clear(store: VectorStore) -> None:
     assert store.count(Clause()) == 11
     assert store.retrieve([_id(0), _id(99)]) == []
     assert store.health() is None
+
+
+def test_dump_gives_back_every_point_whole(store: VectorStore) -> None:
+    dumped, offset, pages = [], None, 0
+    while True:
+        page, offset = store.dump(offset, 5)
+        dumped += page
+        pages += 1
+        if offset is None:
+            break
+    assert pages == 3
+    by_id = {p.id: p for p in dumped}
+    assert len(by_id) == len(dumped) == 13
+    for original in _points():
+        back = by_id[original.id]
+        assert back.payload == original.payload
+        if original.dense is None or original.sparse is None:  # the manifest: a record without vectors
+            assert back.dense is None
+            assert back.sparse is None
+        else:
+            assert back.sparse is not None
+            assert back.sparse.indices == original.sparse.indices
+            assert back.sparse.values == pytest.approx(original.sparse.values, rel=1e-6)  # kept as float32
+            unit = np.asarray(original.dense) / np.linalg.norm(original.dense)
+            assert back.dense == pytest.approx(unit.tolist(), abs=1e-6)

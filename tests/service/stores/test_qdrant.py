@@ -1,0 +1,146 @@
+"""The Qdrant server adapter over real HTTP: the collection's options, the API key, retries, bounded failure when
+the server is away, readiness, and recovery by itself (against the fake server of `fake_qdrant`, or no server)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from service.errors import StoreUnavailable
+from service.filters import Clause
+from service.sparse import SparseVector
+from service.stores.base import DENSE, PAYLOAD_INDEXES, SPARSE, StorePoint, VectorQuery
+from service.stores.qdrant import BACKOFF_SECONDS, PROBE_SECONDS, QdrantOptions, QdrantStore, connect
+from tests.service.stores.fake_qdrant import FakeQdrantServer
+
+FAST = QdrantOptions(timeout=0.5, connect_timeout=0.5, retries=2)
+POINT = StorePoint(
+    "00000000-0000-0000-0000-000000000001", {"kind": "chunk"}, dense=[1.0, 0.0], sparse=SparseVector((1,), (1.0,))
+)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeQdrantServer]:
+    s = FakeQdrantServer()
+    s.start()
+    yield s
+    s.stop()
+
+
+def _store(url: str, options: QdrantOptions = FAST, api_key: str | None = None) -> QdrantStore:
+    return QdrantStore(connect(url, api_key, options), "c", options)
+
+
+def _search(store: QdrantStore) -> list[list[object]]:
+    return list(store.query([VectorQuery(DENSE, [1.0, 0.0], Clause(), 3)]))
+
+
+def test_the_collection_is_created_with_the_configured_layout_and_searched_with_hnsw_ef(
+    server: FakeQdrantServer,
+) -> None:
+    options = QdrantOptions(shards=3, replication_factor=2, write_consistency=2, on_disk=True, hnsw_m=24, hnsw_ef=77)
+    store = _store(server.url, options)
+    store.ensure_schema(2)
+    created = server.app.state.created
+    assert (created.shard_number, created.replication_factor, created.write_consistency_factor) == (3, 2, 2)
+    assert created.on_disk_payload is True
+    assert created.vectors[DENSE].on_disk is True
+    assert created.sparse_vectors[SPARSE].index.on_disk is True
+    assert (created.hnsw_config.m, created.hnsw_config.ef_construct) == (24, 100)
+    assert created.quantization_config.scalar.type == "int8"
+    indexed = server.app.state.indexed
+    assert set(indexed) == set(PAYLOAD_INDEXES)
+    assert indexed["tenant"].is_tenant is True
+    assert indexed["updated_at"] == "datetime"
+    store.upsert([POINT])
+    store.query(
+        [VectorQuery(DENSE, [1.0, 0.0], Clause(), 3), VectorQuery(SPARSE, SparseVector((1,), (1.0,)), Clause(), 3)]
+    )
+    dense, sparse = server.app.state.searches
+    assert dense.params.hnsw_ef == 77
+    assert dense.params.quantization.rescore is True
+    assert sparse.params is None
+
+
+def test_without_quantisation_the_collection_has_none(server: FakeQdrantServer) -> None:
+    _store(server.url, QdrantOptions(quantization=False)).ensure_schema(2)
+    assert server.app.state.created.quantization_config is None
+
+
+def test_the_api_key_is_sent_and_a_refused_key_says_so() -> None:
+    keyed = FakeQdrantServer(api_key="s3cret")
+    keyed.start()
+    try:
+        _store(keyed.url, api_key="s3cret").ensure_schema(2)
+        wrong = _store(keyed.url, api_key="nope")
+        with pytest.raises(StoreUnavailable, match="refused the API key"):
+            wrong.ensure_schema(2)
+        assert "API key" in (wrong.health() or "")
+    finally:
+        keyed.stop()
+
+
+def test_transient_answers_are_retried_and_other_errors_are_not(server: FakeQdrantServer) -> None:
+    store = _store(server.url)
+    store.ensure_schema(2)
+    store.upsert([POINT])
+    server.app.state.failures = [503, 502]  # two transient failures: the third attempt succeeds
+    assert len(_search(store)[0]) == 1
+    assert store.health() is None
+    before = server.app.state.requests
+    server.app.state.failures = [400]  # a request the server rejects: retrying would not help
+    with pytest.raises(StoreUnavailable, match="answered 400"):
+        _search(store)
+    assert server.app.state.requests == before + 1
+    assert store.health() is None  # the server is up: readiness stays true
+
+
+def test_a_port_nothing_listens_on_fails_within_the_bound_then_at_once() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = _store(f"http://127.0.0.1:{port}")
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match="could not search: ConnectError"):
+        _search(store)
+    took = time.monotonic() - started
+    assert BACKOFF_SECONDS * 3 <= took < FAST.worst_case_seconds  # retried twice, with backoff
+    assert "Qdrant server is unavailable" in (store.health() or "")
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable):
+        _search(store)
+    assert time.monotonic() - started < BACKOFF_SECONDS  # marked down: one attempt, no backoff
+    store.close()
+
+
+def test_a_server_that_never_answers_times_out_within_the_bound() -> None:
+    with socket.socket() as silent:  # accepts connections (the backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        store = _store(f"http://127.0.0.1:{silent.getsockname()[1]}", QdrantOptions(timeout=0.3, retries=1))
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="no answer in time"):
+            _search(store)
+        took = time.monotonic() - started
+        assert 0.6 <= took < QdrantOptions(timeout=0.3, retries=1).worst_case_seconds
+        store.close()
+
+
+def test_the_store_recovers_by_itself_when_the_server_returns(server: FakeQdrantServer) -> None:
+    store = _store(server.url)
+    store.ensure_schema(2)
+    store.upsert([POINT])
+    server.stop()
+    with pytest.raises(StoreUnavailable):
+        _search(store)
+    assert store.health() is not None
+    server.start()  # same port, same points: a restarted server
+    deadline = time.monotonic() + 5 * PROBE_SECONDS
+    while store.health() is not None and time.monotonic() < deadline:  # no call made: the probe notices
+        time.sleep(0.1)
+    assert store.health() is None
+    assert len(_search(store)[0]) == 1
+    store.close()
