@@ -29,6 +29,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from eval.errors import EvalError
 from eval.gate import GateConfig, GateResult, compare
 from eval.present import format_table, gate_json, report_json
@@ -36,7 +38,7 @@ from eval.report import build_report
 from eval.runner import Retriever, Run, run_set
 from eval.storage import dump_run, load_baseline, load_set, write_atomic
 from service import logs
-from service.errors import PlumblineError
+from service.errors import IngestFailed, PlumblineError
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_ERROR = 0, 1, 2, 3
 POLL_SECONDS = 2.0  # how often `eval run --monitoring --url` asks for the run's progress
@@ -175,10 +177,15 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _ingest(args: argparse.Namespace) -> int:
+    """Index a folder in batches. When a batch fails (the store went away, a document was refused), say which
+    documents are committed (earlier batches), which are not (the rest, unless undone was not possible) and which
+    may be either: a JSON report on stdout, exit 3. Re-running the command is safe: unchanged documents are
+    skipped."""
     from service.loaders import count_documents, iter_documents
 
     docs = iter_documents(args.path)
     totals = {"documents": 0, "chunks": 0, "unchanged": 0}
+    committed: list[str] = []
     with _IngestProgress(count_documents(args.path)) as bar:
         if args.url:
             from eval.http import no_delay_client
@@ -187,10 +194,16 @@ def _ingest(args: argparse.Namespace) -> int:
             with no_delay_client(timeout=600) as client:
                 for batch in _batches(docs, args.batch_size):
                     body = {"documents": [DocumentIn.model_validate(asdict(d)).model_dump(mode="json") for d in batch]}
-                    response = client.post(f"{args.url.rstrip('/')}/documents", json=body)
+                    try:
+                        response = client.post(f"{args.url.rstrip('/')}/documents", json=body)
+                    except httpx.TransportError as exc:  # the server may have applied the batch before the failure
+                        failure = IngestFailed(f"{args.url}: {exc}", unknown=[d.id for d in batch])
+                        return _ingest_failed(failure, committed, docs, totals)
                     if response.status_code != 200:
-                        raise PlumblineError(f"{args.url} answered {response.status_code}: {response.text[:500]}")
+                        failure = _remote_failure(args.url, response, [d.id for d in batch])
+                        return _ingest_failed(failure, committed, docs, totals)
                     _add(totals, response.json(), bar, len(batch))
+                    committed += [d.id for d in batch]
         else:
             from service.runtime import Runtime
 
@@ -198,13 +211,45 @@ def _ingest(args: argparse.Namespace) -> int:
             runtime.warm_up()
             try:
                 for batch in _batches(docs, args.batch_size):
-                    _add(totals, asdict(runtime.index.ingest(batch)), bar, len(batch))
+                    try:
+                        result = runtime.index.ingest(batch)
+                    except IngestFailed as failure:
+                        return _ingest_failed(failure, committed, docs, totals)
+                    _add(totals, asdict(result), bar, len(batch))
+                    committed += [d.id for d in batch]
             finally:
                 if totals["documents"]:
                     _audit(runtime, "documents.ingest", str(args.path), dict(totals))
                 runtime.close()
     print(json.dumps(totals))
     return EXIT_OK
+
+
+def _remote_failure(url: str, response: httpx.Response, batch: list[str]) -> IngestFailed:
+    """What a refused `POST /documents` left: its own report on a failed write, else (refused before any write,
+    e.g. a 422) none of the batch."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    message = f"{url} answered {response.status_code}: {body.get('detail', response.text[:500])}"
+    if isinstance(body.get("not_committed"), list):
+        return IngestFailed(message, not_committed=body["not_committed"], unknown=body.get("unknown", []))
+    return IngestFailed(message, not_committed=batch)
+
+
+def _ingest_failed(failure: IngestFailed, committed: list[str], rest: Any, totals: dict[str, int]) -> int:
+    """The report of an ingest that stopped at a failed batch: what is committed, what is not, what may be."""
+    not_committed = failure.not_committed + [d.id for d in rest]
+    report = {**totals, "error": str(failure), "committed": committed, "not_committed": not_committed}
+    print(json.dumps({**report, "unknown": failure.unknown}))
+    print(
+        f"plumbline: error: the ingest stopped: {len(committed)} document(s) committed, "
+        f"{len(not_committed)} not, {len(failure.unknown)} unknown (the JSON report on stdout lists them). "
+        f"{failure}",
+        file=sys.stderr,
+    )
+    return EXIT_ERROR
 
 
 def _audit(runtime: Any, action: str, target: str, detail: dict[str, Any]) -> None:

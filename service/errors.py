@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 
 class PlumblineError(Exception):
@@ -31,6 +32,25 @@ class IndexMismatch(PlumblineError):
 
 class StoreUnavailable(PlumblineError):
     """The engine cannot serve or refused a write (HTTP 503); the message carries no file paths."""
+
+
+class IngestFailed(StoreUnavailable):
+    """A batch's write failed midway (HTTP 503): which of its documents are committed, which are not, and which may
+    be either (the undo failed too). Re-sending the batch is safe: an ingest is idempotent."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        committed: Sequence[str] = (),
+        not_committed: Sequence[str] = (),
+        unknown: Sequence[str] = (),
+    ) -> None:
+        super().__init__(message)
+        self.committed, self.not_committed, self.unknown = list(committed), list(not_committed), list(unknown)
+
+    def outcome(self) -> dict[str, list[str]]:
+        return {"committed": self.committed, "not_committed": self.not_committed, "unknown": self.unknown}
 
 
 class InsufficientStorage(PlumblineError):

@@ -29,7 +29,15 @@ from service import integrity, supersession
 from service.chunking import Chunker
 from service.domain import Chunk, DocStatus, Document
 from service.embedding import Embedder
-from service.errors import Conflict, IndexMismatch, InvalidRequest, NotFound, PayloadTooLarge, StoreUnavailable
+from service.errors import (
+    Conflict,
+    IndexMismatch,
+    IngestFailed,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    StoreUnavailable,
+)
 from service.filters import Clause, Match, MatchAny, NumberRange, of_kind
 from service.payload import (
     MANIFEST_ID,
@@ -178,14 +186,18 @@ class Index:
                 StorePoint(head_point_id(d.id), head_payload(d, gen, fingerprints[d.id], superseded_by.get(d.id)))
                 for d in todo
             ]
+            heads_sent = False
             try:
                 for start in range(0, len(points), WRITE_BATCH):
                     self.store.upsert(points[start : start + WRITE_BATCH])
                     crash_point("ingest:chunks-written")
                 self.store.upsert(records)
                 crash_point("ingest:records-written")
+                heads_sent = True
                 self.store.upsert(heads)  # the commit: from here on readers see this generation
                 crash_point("ingest:committed")
+            except StoreUnavailable as exc:
+                raise self._undo(exc, ids, gen, known, heads_sent=heads_sent) from exc
             except Exception:
                 self._roll_back(ids, gen, known)
                 self._recount()
@@ -207,6 +219,30 @@ class Index:
         supersede them) and what they, or their previous versions, name."""
         named = {d.supersedes for d in docs} | {known[d.id].supersedes for d in docs if d.id in known}
         return {d.id for d in docs} | {n for n in named if n}
+
+    def _undo(
+        self, failure: StoreUnavailable, ids: tuple[str, ...], gen: int, known: dict[str, _Record], *, heads_sent: bool
+    ) -> IngestFailed:
+        """Roll a failed write back, and say what became of the batch: nothing committed, or, when the roll-back
+        failed too after the commit markers were sent (a server may have applied them), not known."""
+        try:
+            self._roll_back(ids, gen, known)
+        except Exception as exc:
+            log.warning("undoing a failed ingest of %d document(s) failed too: %s", len(ids), exc)
+            if heads_sent:
+                return IngestFailed(
+                    f"{failure}. Undoing the write failed too, after its commit markers were sent: each of the "
+                    f"{len(ids)} document(s) is either wholly at its new version or wholly at its old one, but which "
+                    "is not known. Re-send the batch once the store answers (an ingest is idempotent).",
+                    unknown=ids,
+                )
+        finally:
+            self._recount()
+        return IngestFailed(
+            f"{failure}. None of the {len(ids)} document(s) of this batch was committed: searches still see their "
+            "previous versions. Re-send the batch once the store answers.",
+            not_committed=ids,
+        )
 
     def _roll_back(self, ids: tuple[str, ...], gen: int, known: dict[str, _Record]) -> None:
         """Delete what the failed write wrote (new heads included) and put back the heads it replaced."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -18,6 +19,7 @@ from service.errors import (
     Conflict,
     Forbidden,
     IndexMismatch,
+    IngestFailed,
     InsufficientStorage,
     InvalidRequest,
     NotFound,
@@ -95,14 +97,14 @@ def _json_error(err: Any, body: Any) -> str:
     return f"the body is not valid JSON: {expected} at line {line}, column {column}"
 
 
-def _respond(code: int, message: str) -> JSONResponse:
+def _respond(code: int, message: str, extra: Mapping[str, object] | None = None) -> JSONResponse:
     if code >= 500:
         log.error("request failed (%d): %s", code, message)
         message = public(message)
     headers = {"Retry-After": RETRY_AFTER[code]} if code in RETRY_AFTER else None
     if code == 401:
         headers = {"WWW-Authenticate": 'Bearer realm="plumbline"'}
-    return JSONResponse({"detail": message}, status_code=code, headers=headers)
+    return JSONResponse({"detail": message, **(extra or {})}, status_code=code, headers=headers)
 
 
 def internal_error() -> JSONResponse:
@@ -117,6 +119,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse({"detail": validation_message(exc)}, status_code=422)
+
+    @app.exception_handler(IngestFailed)
+    async def _ingest_failed(_: Request, exc: IngestFailed) -> JSONResponse:
+        return _respond(503, str(exc), exc.outcome())
 
     @app.exception_handler(PlumblineError)
     @app.exception_handler(EvalError)

@@ -36,6 +36,7 @@ _DONE = {"operation_id": 0, "status": "completed"}
 def fake_qdrant_app(local: QdrantClient, api_key: str | None = None) -> FastAPI:
     app = FastAPI()
     app.state.failures = []  # statuses to answer the next requests with, one each, instead of serving them
+    app.state.fail_when = None  # or a function of each request: a status to answer it with instead, or None
     app.state.requests = 0
     app.state.indexed = {}
 
@@ -44,8 +45,11 @@ def fake_qdrant_app(local: QdrantClient, api_key: str | None = None) -> FastAPI:
         app.state.requests += 1
         if api_key is not None and request.headers.get("api-key") != api_key:
             return JSONResponse({"status": {"error": "Invalid api-key"}}, status_code=401)
-        if app.state.failures:
-            return JSONResponse({"status": {"error": "injected failure"}}, status_code=app.state.failures.pop(0))
+        status = app.state.failures.pop(0) if app.state.failures else None
+        if status is None and app.state.fail_when is not None:
+            status = app.state.fail_when(request)
+        if status is not None:
+            return JSONResponse({"status": {"error": "injected failure"}}, status_code=status)
         return await call_next(request)
 
     @app.get("/collections/{name}/exists")
