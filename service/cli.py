@@ -7,7 +7,9 @@
     plumbline doctor [--data-dir D] [--repair]
     plumbline incidents post|list|review|export [--url U] ...   (see service.incidents_cli)
     plumbline keys create|list|rotate|revoke [--data-dir D | --secrets-file F | --url U]   (see service.keys_cli)
+    plumbline export FILE [--data-dir D] / plumbline import FILE [--data-dir D]   (see service.transfer_cli)
 
+`ingest` exits 3 when a batch fails midway, with a JSON report of what is committed and what is not.
 `eval run` exits 0 when the gate passes (or no baseline was given), 1 on a regression, 2 on bad input,
 3 on an unexpected error: what a CI job needs. `doctor` exits 0 when the index is clean (or was repaired),
 1 when it found problems it left (or could not fix), 2 when the data directory cannot be used (e.g. a
@@ -114,10 +116,11 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--repair", action="store_true", help="fix what can be fixed, and say what was done")
     doctor.set_defaults(func=_doctor)
 
-    from service import incidents_cli, keys_cli
+    from service import incidents_cli, keys_cli, transfer_cli
 
     incidents_cli.add_parser(sub)
     keys_cli.add_parser(sub)
+    transfer_cli.add_parser(sub)
     return p
 
 
