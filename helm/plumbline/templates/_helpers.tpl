@@ -1,0 +1,180 @@
+{{/* Names and labels. */}}
+{{- define "plumbline.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "plumbline.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "plumbline.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "plumbline.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "plumbline.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "plumbline.labels" -}}
+helm.sh/chart: {{ include "plumbline.chart" . }}
+{{ include "plumbline.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* The serving pods: the Service, PDB and ServiceMonitor select these, never the CronJob's pods. */}}
+{{- define "plumbline.serverSelectorLabels" -}}
+{{ include "plumbline.selectorLabels" . }}
+app.kubernetes.io/component: server
+{{- end }}
+
+{{- define "plumbline.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "plumbline.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "plumbline.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag | toString) }}
+{{- end }}
+
+{{/* The Secret the pods read: the one you manage, or the chart's. */}}
+{{- define "plumbline.secretName" -}}
+{{- default (include "plumbline.fullname" .) .Values.secrets.existingSecret }}
+{{- end }}
+
+{{/* secrets.<value> -> its key in the Secret. The key names are fixed (documented in values.yaml). */}}
+{{- define "plumbline.secretKeys" -}}
+apiKeysFile: api-keys.json
+qdrantApiKey: qdrant-api-key
+stateUrl: state-url
+evalApiKey: eval-api-key
+metricsApiKey: metrics-api-key
+{{- end }}
+
+{{/* "true" when the Secret holds the key of secrets.<name>, else "". Call with (dict "root" $ "name" "stateUrl"). */}}
+{{- define "plumbline.hasSecret" -}}
+{{- $root := .root }}
+{{- $key := index (include "plumbline.secretKeys" $root | fromYaml) .name }}
+{{- if $root.Values.secrets.existingSecret }}
+{{- if has $key $root.Values.secrets.existingSecretKeys }}true{{ end }}
+{{- else if index $root.Values.secrets .name }}true{{ end }}
+{{- end }}
+
+{{/* The ConfigMap's data: PLUMBLINE_<FIELD> for every non-null entry of settings, plus what the chart sets itself. */}}
+{{- define "plumbline.configData" -}}
+PLUMBLINE_DATA_DIR: "/data"
+{{- if include "plumbline.hasSecret" (dict "root" . "name" "apiKeysFile") }}
+PLUMBLINE_API_KEYS_FILE: "/etc/plumbline/keys/api-keys.json"
+{{- end }}
+{{- if eq .Values.evaluation.mode "leader" }}
+PLUMBLINE_EVAL_SCHEDULE: {{ .Values.evaluation.leaderSchedule | toJson | quote }}
+{{- end }}
+{{- range $field, $value := .Values.settings }}
+{{- if not (kindIs "invalid" $value) }}
+{{- $env := printf "PLUMBLINE_%s" (upper $field) }}
+{{- if and (eq $field "auth") (kindIs "bool" $value) }}
+{{ $env }}: {{ ternary "on" "off" $value | quote }}
+{{- else if kindIs "string" $value }}
+{{ $env }}: {{ $value | quote }}
+{{- else }}
+{{ $env }}: {{ $value | toJson | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Refuse values that cannot work, saying why. Included by every template that renders workloads. */}}
+{{- define "plumbline.validate" -}}
+{{- $s := .Values.settings }}
+{{- range $field, $where := dict "qdrant_api_key" "secrets.qdrantApiKey (key qdrant-api-key)" "state_url" "secrets.stateUrl (key state-url)" "api_keys_file" "secrets.apiKeysFile (key api-keys.json)" "data_dir" "nothing: the chart mounts /data" "eval_schedule" "evaluation.mode=leader with evaluation.leaderSchedule" }}
+{{- if hasKey $s $field }}
+{{- fail (printf "settings.%s is set by the chart: use %s" $field $where) }}
+{{- end }}
+{{- end }}
+{{- range $key := .Values.secrets.existingSecretKeys }}
+{{- if not (has $key (values (include "plumbline.secretKeys" $ | fromYaml))) }}
+{{- fail (printf "secrets.existingSecretKeys: %q is not one of api-keys.json, qdrant-api-key, state-url, eval-api-key, metrics-api-key" $key) }}
+{{- end }}
+{{- end }}
+{{- if .Values.secrets.existingSecret }}
+{{- range $name := keys (include "plumbline.secretKeys" . | fromYaml) | sortAlpha }}
+{{- if index $.Values.secrets $name }}
+{{- fail (printf "secrets.%s is set but secrets.existingSecret names the Secret to use: put the value in that Secret instead" $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $backend := default "edge" $s.backend }}
+{{- if not (has $backend (list "edge" "qdrant")) }}
+{{- fail (printf "settings.backend must be edge or qdrant, not %q" $backend) }}
+{{- end }}
+{{- if and (eq $backend "qdrant") (not $s.qdrant_url) }}
+{{- fail "settings.backend qdrant needs settings.qdrant_url, e.g. http://qdrant:6333" }}
+{{- end }}
+{{- $hasState := include "plumbline.hasSecret" (dict "root" . "name" "stateUrl") }}
+{{- if or (gt (int .Values.replicaCount) 1) .Values.autoscaling.enabled }}
+{{- if or (ne $backend "qdrant") (not $hasState) }}
+{{- fail "replicaCount > 1 and autoscaling need settings.backend qdrant (with settings.qdrant_url) and a PostgreSQL state URL (secrets.stateUrl, or state-url in secrets.existingSecret): with the embedded engine or the default SQLite state every replica would keep its own index and state" }}
+{{- end }}
+{{- if .Values.persistence.enabled }}
+{{- fail "persistence.enabled is for a single replica on the embedded engine: with several replicas keep the index in Qdrant and the state in PostgreSQL" }}
+{{- end }}
+{{- end }}
+{{- $mode := .Values.evaluation.mode }}
+{{- if not (has $mode (list "none" "leader" "cronjob")) }}
+{{- fail (printf "evaluation.mode must be none, leader or cronjob, not %q" $mode) }}
+{{- end }}
+{{- if and (eq $mode "leader") (not .Values.evaluation.leaderSchedule) }}
+{{- fail "evaluation.mode leader needs evaluation.leaderSchedule, e.g. {handbook: 3600}" }}
+{{- end }}
+{{- if eq $mode "cronjob" }}
+{{- if not .Values.evaluation.cronjob.sets }}
+{{- fail "evaluation.mode cronjob needs evaluation.cronjob.sets, e.g. [{name: handbook}]" }}
+{{- end }}
+{{- if and (ne (toString $s.auth) "off") (ne (toString $s.auth) "false") (not (include "plumbline.hasSecret" (dict "root" . "name" "evalApiKey"))) }}
+{{- fail "evaluation.mode cronjob needs an API key with the eval:admin role: secrets.evalApiKey, or eval-api-key in secrets.existingSecret" }}
+{{- end }}
+{{- end }}
+{{- if and .Values.metrics.serviceMonitor.enabled $s.metrics_auth (not (include "plumbline.hasSecret" (dict "root" . "name" "metricsApiKey"))) }}
+{{- fail "settings.metrics_auth with metrics.serviceMonitor needs a key with the metrics role: secrets.metricsApiKey, or metrics-api-key in secrets.existingSecret" }}
+{{- end }}
+{{- end }}
+
+{{/* The CronJob name of an evaluation set: RELEASE-plumbline-eval-SET, DNS-safe, at most 52 characters. */}}
+{{- define "plumbline.evalJobName" -}}
+{{- $set := regexReplaceAll "[^a-z0-9-]+" (.set | toString | lower) "-" | trimAll "-" }}
+{{- printf "%s-eval-%s" (include "plumbline.fullname" .root) $set | trunc 52 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The service container's env beyond the ConfigMap: secrets, then extraEnv. */}}
+{{- define "plumbline.serverEnv" -}}
+{{- if include "plumbline.hasSecret" (dict "root" . "name" "stateUrl") }}
+- name: PLUMBLINE_STATE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "plumbline.secretName" . }}
+      key: state-url
+{{- end }}
+{{- if include "plumbline.hasSecret" (dict "root" . "name" "qdrantApiKey") }}
+- name: PLUMBLINE_QDRANT_API_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "plumbline.secretName" . }}
+      key: qdrant-api-key
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
