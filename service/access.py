@@ -24,6 +24,7 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 import re
 import secrets
 import socket
@@ -76,8 +77,13 @@ LOCAL = Principal("local CLI", None, frozenset({"admin"}))  # code working on a 
 
 
 def local_cli() -> Principal:
-    """The CLI working on a data directory or state store directly, named by user and host in the audit log."""
-    return replace(LOCAL, name=f"local CLI ({getpass.getuser()}@{socket.gethostname()})")
+    """The CLI working on a data directory or state store directly, named by user and host in the audit log (by
+    UID where the user has no name: a container run under an arbitrary UID, as OpenShift does)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid {os.getuid()}"
+    return replace(LOCAL, name=f"local CLI ({user}@{socket.gethostname()})")
 
 
 def new_key() -> tuple[str, str]:

@@ -4,11 +4,12 @@ authenticates, and only hashes are written."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from service.access import Authenticator, read_key_file
+from service.access import Authenticator, local_cli, read_key_file
 from service.cli import EXIT_BAD_INPUT, EXIT_OK, main
 from service.errors import StoreUnavailable, Unauthenticated
 from service.state import open_state
@@ -101,3 +102,11 @@ def test_a_broken_secrets_file_keeps_its_last_good_keys(tmp_path: Path, capsys: 
     assert auth.authenticate(token).name == "ci"
     (tmp_path / "good.json").write_text('[{"tenant": 5}]')  # a bad edit: the keys last read stay in use
     assert auth.authenticate(token).name == "ci"
+
+
+def test_a_user_without_a_name_is_named_by_uid(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_passwd_entry() -> str:
+        raise KeyError("getpwuid(): uid not found: 1000660000")
+
+    monkeypatch.setattr("getpass.getuser", no_passwd_entry)
+    assert local_cli().actor.startswith(f"local CLI (uid {os.getuid()}@")
