@@ -10,7 +10,7 @@ DATA   ?= data
 export HF_HUB_OFFLINE = 1
 export TRANSFORMERS_OFFLINE = 1
 
-.PHONY: setup run test lint bench-quality bench-speed eval-gate clean
+.PHONY: setup run test lint deploy-check bench-quality bench-speed eval-gate clean
 
 $(BIN)/plumbline: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,13 @@ lint: setup
 
 test: lint
 	$(BIN)/pytest -q
+
+# The deployment files, checked without Docker or a cluster: hadolint, the Compose schema, and the Helm chart rendered,
+# linted and schema-validated with both value sets (tests/deploy/test_helm.py; `make test` runs it too).
+deploy-check: setup
+	$(BIN)/hadolint Dockerfile
+	$(BIN)/check-jsonschema --builtin-schema vendor.compose-spec deploy/docker-compose.yml
+	$(BIN)/pytest -q -p no:cacheprovider tests/deploy/test_helm.py
 
 # The regression gate CI can run against the committed baseline (exit 1 on a regression).
 eval-gate: setup
