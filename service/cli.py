@@ -9,7 +9,8 @@
     plumbline keys create|list|rotate|revoke [--data-dir D | --secrets-file F | --url U]   (see service.keys_cli)
     plumbline export FILE [--data-dir D] / plumbline import FILE [--data-dir D]   (see service.transfer_cli)
 
-`ingest` exits 3 when a batch fails midway, with a JSON report of what is committed and what is not.
+`ingest` stops at a batch that fails (exit 3) or is refused (exit 2), with a JSON report of what is committed, what
+is not, and what may be either.
 `eval run` exits 0 when the gate passes (or no baseline was given), 1 on a regression, 2 on bad input,
 3 on an unexpected error: what a CI job needs. `doctor` exits 0 when the index is clean (or was repaired),
 1 when it found problems it left (or could not fix), 2 when the data directory cannot be used (e.g. a
@@ -40,7 +41,7 @@ from eval.report import build_report
 from eval.runner import Retriever, Run, run_set
 from eval.storage import dump_run, load_baseline, load_set, write_atomic
 from service import logs
-from service.errors import IngestFailed, PlumblineError
+from service.errors import IngestFailed, PlumblineError, StoreUnavailable
 
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_ERROR = 0, 1, 2, 3
 POLL_SECONDS = 2.0  # how often `eval run --monitoring --url` asks for the run's progress
@@ -204,7 +205,8 @@ def _ingest(args: argparse.Namespace) -> int:
                         return _ingest_failed(failure, committed, docs, totals)
                     if response.status_code != 200:
                         failure = _remote_failure(args.url, response, [d.id for d in batch])
-                        return _ingest_failed(failure, committed, docs, totals)
+                        code = EXIT_BAD_INPUT if response.status_code < 500 else EXIT_ERROR
+                        return _ingest_failed(failure, committed, docs, totals, code)
                     _add(totals, response.json(), bar, len(batch))
                     committed += [d.id for d in batch]
         else:
@@ -218,6 +220,10 @@ def _ingest(args: argparse.Namespace) -> int:
                         result = runtime.index.ingest(batch)
                     except IngestFailed as failure:
                         return _ingest_failed(failure, committed, docs, totals)
+                    except PlumblineError as exc:  # refused before any write (a bad document, a full disk)
+                        refused = IngestFailed(str(exc), not_committed=[d.id for d in batch])
+                        code = EXIT_ERROR if isinstance(exc, StoreUnavailable) else EXIT_BAD_INPUT
+                        return _ingest_failed(refused, committed, docs, totals, code)
                     _add(totals, asdict(result), bar, len(batch))
                     committed += [d.id for d in batch]
             finally:
@@ -229,30 +235,42 @@ def _ingest(args: argparse.Namespace) -> int:
 
 
 def _remote_failure(url: str, response: httpx.Response, batch: list[str]) -> IngestFailed:
-    """What a refused `POST /documents` left: its own report on a failed write, else (refused before any write,
-    e.g. a 422) none of the batch."""
+    """What a refused `POST /documents` left: its own report of a failed write; else none of the batch for a 4xx
+    (refused before any write), and not known for a 5xx without one (a proxy's 502 may follow an applied batch)."""
     try:
         body = response.json()
     except ValueError:
         body = {}
-    message = f"{url} answered {response.status_code}: {body.get('detail', response.text[:500])}"
-    if isinstance(body.get("not_committed"), list):
+    detail = body.get("detail") if isinstance(body, dict) else None
+    message = f"{url} answered {response.status_code}: {detail or response.text[:500]}"
+    if isinstance(body, dict) and isinstance(body.get("not_committed"), list):
         return IngestFailed(message, not_committed=body["not_committed"], unknown=body.get("unknown", []))
-    return IngestFailed(message, not_committed=batch)
+    if response.status_code < 500:
+        return IngestFailed(message, not_committed=batch)
+    return IngestFailed(message, unknown=batch)
 
 
-def _ingest_failed(failure: IngestFailed, committed: list[str], rest: Any, totals: dict[str, int]) -> int:
-    """The report of an ingest that stopped at a failed batch: what is committed, what is not, what may be."""
-    not_committed = failure.not_committed + [d.id for d in rest]
-    report = {**totals, "error": str(failure), "committed": committed, "not_committed": not_committed}
+def _ingest_failed(
+    failure: IngestFailed, committed: list[str], rest: Any, totals: dict[str, int], code: int = EXIT_ERROR
+) -> int:
+    """The report of an ingest that stopped at a failed batch: what is committed, what is not, what may be; exit
+    `code` (2 when the batch was refused as bad input, 3 when the store failed)."""
+    not_sent: list[str] = []
+    unread = ""
+    try:
+        not_sent += (d.id for d in rest)
+    except (PlumblineError, OSError, ValueError) as exc:  # the report must not be lost to a file that cannot be read
+        unread = f"; the rest of the folder was not read ({exc})"
+    not_committed = failure.not_committed + not_sent
+    report = {**totals, "error": str(failure) + unread, "committed": committed, "not_committed": not_committed}
     print(json.dumps({**report, "unknown": failure.unknown}))
     print(
         f"plumbline: error: the ingest stopped: {len(committed)} document(s) committed, "
-        f"{len(not_committed)} not, {len(failure.unknown)} unknown (the JSON report on stdout lists them). "
-        f"{failure}",
+        f"{len(not_committed)} not{' (and the rest of the folder)' if unread else ''}, {len(failure.unknown)} "
+        f"unknown (the JSON report on stdout lists them). {failure}",
         file=sys.stderr,
     )
-    return EXIT_ERROR
+    return code
 
 
 def _audit(runtime: Any, action: str, target: str, detail: dict[str, Any]) -> None:

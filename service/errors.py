@@ -34,6 +34,11 @@ class StoreUnavailable(PlumblineError):
     """The engine cannot serve or refused a write (HTTP 503); the message carries no file paths."""
 
 
+class StoreUnreachable(StoreUnavailable):
+    """The vector store did not answer (no connection, timeouts, overload) past the retries (HTTP 503): worth
+    waiting for, unlike a store that answers with a refusal."""
+
+
 class IngestFailed(StoreUnavailable):
     """A batch's write failed midway (HTTP 503): which of its documents are committed, which are not, and which may
     be either (the undo failed too). Re-sending the batch is safe: an ingest is idempotent."""

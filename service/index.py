@@ -245,11 +245,13 @@ class Index:
         )
 
     def _roll_back(self, ids: tuple[str, ...], gen: int, known: dict[str, _Record]) -> None:
-        """Delete what the failed write wrote (new heads included) and put back the heads it replaced."""
-        self.store.delete(Clause(must=(MatchAny("doc_id", ids), Match("gen", gen))))
+        """Put back the heads the failed write replaced, then delete what it wrote (its new heads included). In this
+        order a roll-back that fails half-way leaves each document at its old version or its new one: deleting
+        first, a failure to put the old heads back would leave a document with no head at all."""
         old_heads = [known[i].head for i in ids if i in known]
         if old_heads:
             self.store.upsert(old_heads)
+        self.store.delete(Clause(must=(MatchAny("doc_id", ids), Match("gen", gen))))
 
     def _check_owners(self, docs: Sequence[Document], known: dict[str, _Record]) -> None:
         """A document id names one document across all tenants: writing it for another tenant is a `Conflict`

@@ -34,7 +34,7 @@ from service.errors import (
     InsufficientStorage,
     NotReady,
     PlumblineError,
-    StoreUnavailable,
+    StoreUnreachable,
     public,
 )
 from service.evaluation import EvalService
@@ -140,6 +140,8 @@ class Runtime:
         self.error: str | None = None
         self._waiting: str | None = None  # why warm-up is waiting (an unreachable vector store), shown by readiness
         self._closing = threading.Event()
+        self._patient = False  # the server's warm-up waits for an unreachable vector store; a CLI's does not
+        self._store: VectorStore | None = None  # once built, so that close() closes it even if warm-up gave up
         self.lock = DataDirLock(settings.data_dir)
         self._state: StateStore | None = None
         self._authenticator: Authenticator | None = None
@@ -282,9 +284,12 @@ class Runtime:
     def _warm_up_logged(self) -> None:
         """The server's start (`start`): warm up, then schedule the monitoring runs. A CLI that warms up a runtime
         of its own (`eval run`, `doctor`, `ingest`) runs no schedule."""
+        self._patient = True
         try:
             self.warm_up()
         except Exception as exc:
+            if self._closing.is_set():
+                return
             self.error = f"warm-up failed: {exc}"
             log.exception("warm-up failed")
             return
@@ -303,7 +308,7 @@ class Runtime:
             torch.set_num_threads(s.torch_threads)
         embedder = (self.components.embedder or build_embedder)(s)
         reranker = (self.components.reranker or build_reranker)(s)
-        store = (self.components.store or build_store)(s)
+        store = self._store = (self.components.store or build_store)(s)
         embedder.embed_queries(["warm-up"])  # the first forward pass is slow: pay it before readiness
         if reranker is not None:
             reranker.score("warm-up", ["warm-up"])
@@ -352,15 +357,16 @@ class Runtime:
         return index
 
     def _until_reachable(self, step: Callable[[], T]) -> T:
-        """`step()`, once the vector store answers: while a Qdrant server is unreachable at start-up, readiness says
-        so and the step is retried with backoff (1 s, doubling to 30 s) until it succeeds or the runtime closes.
-        The embedded store's failures propagate at once (waiting would not mend a broken data directory)."""
+        """`step()`, once the vector store answers. In the server (`start`), while a Qdrant server does not answer,
+        readiness says so and the step is retried with backoff (1 s, doubling to 30 s) until it succeeds or the
+        runtime closes. A store that answers with a refusal (a wrong API key, a bad request), the embedded store's
+        failures, and a CLI's start (which nobody would see waiting) fail at once."""
         delay = 1.0
         while True:
             try:
                 result = step()
-            except StoreUnavailable as exc:
-                if self.settings.backend == "edge" or self._closing.is_set():
+            except StoreUnreachable as exc:
+                if not self._patient or self._closing.is_set():
                     raise
                 self._waiting = f"waiting for the vector store: {exc}"
                 log.warning("%s; retrying in %.0f s", self._waiting, delay)
@@ -369,6 +375,8 @@ class Runtime:
                 delay = min(delay * 2, 30.0)
                 continue
             self._waiting = None
+            if self._closing.is_set():
+                raise NotReady("the service is stopping")
             return result
 
     def _preload(self, index: Index, folder: Path) -> None:
@@ -404,7 +412,8 @@ class Runtime:
             log.error("audit entry lost: %s by %s on %s: %s", action, actor, target, dict(detail), exc_info=True)
 
     def close(self) -> None:
-        self._closing.set()  # a warm-up waiting for the vector store gives up
+        self._closing.set()  # a warm-up waiting for the vector store gives up at once
+        self.wait()  # (one loading models finishes loading first)
         if self._evals is not None:  # first: a scheduled run in progress stops at its next batch too
             self._evals.shutdown()
         self.scheduler.stop()
@@ -412,8 +421,8 @@ class Runtime:
         if self.metrics:
             self.metrics.ready.set(0)
         try:
-            if self._index is not None:
-                self._index.store.close()
+            if self._store is not None:
+                self._store.close()
             if self._state is not None:
                 self._state.close()
         finally:

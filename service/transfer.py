@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Table, func, insert, select, text
 
-from service.errors import Conflict, InvalidRequest
+from service.errors import Conflict, InvalidRequest, PlumblineError
 from service.filters import Clause
 from service.payload import MANIFEST_ID
 from service.sparse import SparseVector
@@ -82,24 +82,47 @@ def import_(path: Path, store: VectorStore, state: StateStore) -> Moved:
     header, end = _checked(path)
     store.ensure_schema(int(header["dimension"]))
     _refuse_unless_empty(store, state)
+    written = [0]  # points written so far, for the message if the import fails
+    try:
+        _write_points(path, store, written)
+        _insert_rows(state, _rows(path))  # one transaction: all of them or none
+    except Exception as exc:
+        raise PlumblineError(
+            f"the import failed after writing {written[0]} of {end['points']} points ({exc}). The target collection "
+            "is partly filled and the state store unchanged: delete the collection (or name a new one with "
+            "PLUMBLINE_COLLECTION), then import again."
+        ) from exc
+    return Moved(end["points"], end["rows"])
+
+
+def _write_points(path: Path, store: VectorStore, written: list[int]) -> None:
+    """Every point of the file into `store`, the heads (commit markers) after everything else; `written[0]` counts."""
     heads: list[StorePoint] = []
     batch: list[StorePoint] = []
-    rows: dict[str, list[dict[str, Any]]] = {}
+
+    def flush(points: list[StorePoint]) -> None:
+        store.upsert(points)
+        written[0] += len(points)
+
     for line in _lines(path):
         if "p" in line:
             point = _point_from_json(line["p"])
             (heads if point.payload.get("kind") == "head" else batch).append(point)
             if len(batch) == PAGE:
-                store.upsert(batch)
+                flush(batch)
                 batch = []
-        elif "t" in line:
-            rows.setdefault(line["t"], []).append(line["r"])
     if batch:
-        store.upsert(batch)
-    for start in range(0, len(heads), PAGE):  # the commit markers, once everything they point at is there
-        store.upsert(heads[start : start + PAGE])
-    _insert_rows(state, rows)
-    return Moved(end["points"], end["rows"])
+        flush(batch)
+    for start in range(0, len(heads), PAGE):
+        flush(heads[start : start + PAGE])
+
+
+def _rows(path: Path) -> dict[str, list[dict[str, Any]]]:
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for line in _lines(path):
+        if "t" in line:
+            rows.setdefault(line["t"], []).append(line["r"])
+    return rows
 
 
 def _moved_tables() -> list[Table]:

@@ -28,6 +28,7 @@ from service.sparse import Bm25Params
 from service.stores.edge import EdgeStore
 from service.tokenizer import TokenizerConfig
 from tests.postgres import postgres_server
+from tests.service.stores.fake_qdrant import FakeQdrantServer
 
 ROOT = Path(__file__).resolve().parents[1]
 HANDBOOK = ROOT / "demo" / "handbook"
@@ -38,6 +39,15 @@ def postgres_url() -> Iterator[str]:
     """One real PostgreSQL server for the session (see tests/postgres.py); tests make their own databases."""
     with postgres_server() as url:
         yield url
+
+
+@pytest.fixture
+def fake_qdrant() -> Iterator[FakeQdrantServer]:
+    """A FAKE Qdrant server over real HTTP on a free port (`tests/service/stores/fake_qdrant.py`), for one test."""
+    server = FakeQdrantServer()
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -90,6 +90,9 @@ class FlakyStore:
     def page(self, offset: str | None, limit: int, fields: Sequence[str]) -> tuple[list[ScoredPoint], str | None]:
         return self.inner.page(offset, limit, fields)
 
+    def dump(self, offset: str | None, limit: int) -> tuple[list[StorePoint], str | None]:
+        return self.inner.dump(offset, limit)
+
     def purge(self, ids: Sequence[str]) -> None:
         self.inner.purge(ids)
 

@@ -63,8 +63,7 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         runtime.start()
         yield
-        runtime.wait()
-        runtime.close()
+        runtime.close()  # waits for a warm-up still loading models; one waiting for the vector store gives up
 
     app = FastAPI(
         title="Plumbline",

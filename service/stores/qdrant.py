@@ -14,6 +14,7 @@ when it is created; an existing collection keeps its own.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import threading
@@ -25,9 +26,10 @@ from typing import Any, TypeVar
 import httpx
 from qdrant_client import QdrantClient
 from qdrant_client import models as m
+from qdrant_client.common.client_exceptions import ResourceExhaustedResponse
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from service.errors import StoreUnavailable
+from service.errors import StoreUnavailable, StoreUnreachable
 from service.filters import Clause, NumberRange
 from service.sparse import SparseVector
 from service.stores.base import (
@@ -76,6 +78,7 @@ log = logging.getLogger("plumbline")
 T = TypeVar("T")
 BACKOFF_SECONDS = 0.1  # before the first retry; doubled before each further one
 PROBE_SECONDS = 2.0  # how often a store marked down is probed
+RETRY_AFTER_CAP = 2.0  # the longest a 429's Retry-After makes a request wait before its next attempt
 TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
 
 
@@ -98,15 +101,21 @@ class QdrantOptions:
 
     @property
     def worst_case_seconds(self) -> float:
-        """The longest one call can take before it raises: every attempt timing out, plus the backoff."""
+        """The longest one call can take before it raises: every attempt waiting out each phase's timeout (a pooled
+        connection and the connection itself: `connect_timeout`; sending and answering: `timeout`), plus the waits
+        between attempts (the backoff, or a 429's Retry-After of at most 2 s)."""
         attempts = self.retries + 1
-        return attempts * (self.connect_timeout + self.timeout) + BACKOFF_SECONDS * float(2 ** (attempts - 1) - 1)
+        waits = sum(max(BACKOFF_SECONDS * float(2**n), RETRY_AFTER_CAP) for n in range(attempts - 1))
+        return attempts * 2 * (self.connect_timeout + self.timeout) + waits
 
 
 def connect(url: str, api_key: str | None, options: QdrantOptions) -> QdrantClient:
     """A REST client for the server at `url` whose every request has `options`' connect and read timeouts."""
     client = QdrantClient(url=url, api_key=api_key, timeout=math.ceil(options.timeout), check_compatibility=False)
-    timeout = httpx.Timeout(options.timeout, connect=options.connect_timeout).as_dict()
+    o = options
+    timeout = httpx.Timeout(
+        connect=o.connect_timeout, pool=o.connect_timeout, read=o.timeout, write=o.timeout
+    ).as_dict()
 
     def timeouts(request: httpx.Request, call_next: Callable[[httpx.Request], httpx.Response]) -> httpx.Response:
         request.extensions["timeout"] = timeout  # qdrant-client itself only takes whole seconds, for both
@@ -129,7 +138,7 @@ class QdrantStore:
         self.collection = collection
         self.options = options or QdrantOptions()
         self._down: str | None = None  # why the last call failed, until a call or the probe succeeds
-        self._probe: threading.Thread | None = None
+        self._probing = False  # a probe thread runs (started and stopped under _lock)
         self._closed = threading.Event()
         self._lock = threading.Lock()
         o = self.options
@@ -276,19 +285,20 @@ class QdrantStore:
         self.client.close()
 
     def _call(self, doing: str, request: Callable[[], T]) -> T:
-        """`request()`, retried on transient failures (a single attempt while the store is marked down); any
-        failure of the server's becomes `StoreUnavailable`, saying what failed and why, without the server's URL."""
+        """`request()`, retried on transient failures (a single attempt while the store is marked down). A transient
+        failure past the retries raises `StoreUnreachable`; any other failure of the server's `StoreUnavailable`;
+        both say what failed and why, without the server's URL."""
         attempts = 1 if self._down else self.options.retries + 1
         started, attempt = time.monotonic(), 0
         while True:
             try:
                 result = request()
-            except (ResponseHandlingException, UnexpectedResponse, httpx.HTTPError) as exc:
+            except (ResponseHandlingException, UnexpectedResponse, ResourceExhaustedResponse, httpx.HTTPError) as exc:
                 attempt += 1
-                status = getattr(exc, "status_code", None)
+                status = 429 if isinstance(exc, ResourceExhaustedResponse) else getattr(exc, "status_code", None)
                 transient = status is None or status in TRANSIENT_STATUSES
                 if transient and attempt < attempts:
-                    time.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1))
+                    time.sleep(_backoff(exc, attempt))
                     continue
                 reason = _reason(exc)
                 if transient or status in (401, 403):
@@ -296,7 +306,8 @@ class QdrantStore:
                     self._mark_down(
                         f"the Qdrant server is unavailable ({reason}; {attempt} attempt(s) in {took:.1f} s)"
                     )
-                raise StoreUnavailable(f"the Qdrant server could not {doing}: {reason}") from exc
+                error = StoreUnreachable if transient else StoreUnavailable
+                raise error(f"the Qdrant server could not {doing}: {reason}") from exc
             if self._down:
                 self._mark_up()
             return result
@@ -306,9 +317,9 @@ class QdrantStore:
             if self._down is None:
                 log.error("%s; probing every %.0f s until it answers", reason, PROBE_SECONDS)
             self._down = f"{reason}; searches and writes answer 503 until it is back"
-            if self._probe is None or not self._probe.is_alive():
-                self._probe = threading.Thread(target=self._probe_until_up, name="qdrant-probe", daemon=True)
-                self._probe.start()
+            if not self._probing:
+                self._probing = True
+                threading.Thread(target=self._probe_until_up, name="qdrant-probe", daemon=True).start()
 
     def _mark_up(self) -> None:
         with self._lock:
@@ -317,24 +328,57 @@ class QdrantStore:
             self._down = None
 
     def _probe_until_up(self) -> None:
-        while self._down is not None and not self._closed.wait(PROBE_SECONDS):
-            try:
-                self.client.collection_exists(self.collection)
-            except Exception:  # still down: the next round tries again
-                continue
-            self._mark_up()
+        """Ask the server every `PROBE_SECONDS` until it answers (or the mark is cleared by a call, or the store
+        closes). Whether to stop is decided under the lock that `_mark_down` takes to start a probe, so a failure
+        can never find a probe about to stop and start none."""
+        while True:
+            closed = self._closed.wait(PROBE_SECONDS)
+            answered = False
+            if not closed:
+                try:
+                    self.client.collection_exists(self.collection)
+                    answered = True
+                except Exception:  # still down: the next round tries again
+                    log.debug("the Qdrant server still does not answer", exc_info=True)
+            if answered:
+                self._mark_up()
+            with self._lock:
+                if closed or self._down is None:
+                    self._probing = False
+                    return
+
+
+def _backoff(exc: Exception, attempt: int) -> float:
+    """Seconds to wait before the next attempt: the server's Retry-After (at most 2 s), else exponential."""
+    if isinstance(exc, ResourceExhaustedResponse):
+        return float(min(max(exc.retry_after_s, 0), RETRY_AFTER_CAP))
+    return BACKOFF_SECONDS * float(2 ** (attempt - 1))
 
 
 def _reason(exc: Exception) -> str:
-    """What went wrong, in words: a status and the server's message, or the connection's failure."""
+    """What went wrong, in words: a status and the server's own error message (never the body as such: a proxy's
+    page could name internal hosts), or the connection's failure."""
+    if isinstance(exc, ResourceExhaustedResponse):
+        return "it is rate limiting requests (429)"
     if isinstance(exc, UnexpectedResponse):
         if exc.status_code in (401, 403):
             return f"it refused the API key ({exc.status_code}): check PLUMBLINE_QDRANT_API_KEY"
-        return f"it answered {exc.status_code} {exc.reason_phrase}: {exc.content.decode(errors='replace')[:300]}"
+        return f"it answered {exc.status_code} {exc.reason_phrase}{_server_error(exc.content)}"
     cause = exc.source if isinstance(exc, ResponseHandlingException) else exc
     if isinstance(cause, httpx.TimeoutException):
         return f"no answer in time ({type(cause).__name__})"
-    return f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+    if isinstance(cause, httpx.ConnectError):
+        return "ConnectError: the connection was refused or could not be made"
+    return type(cause).__name__
+
+
+def _server_error(content: bytes) -> str:
+    """Qdrant's own error text from a JSON error body (`{"status": {"error": ...}}`), if that is what came back."""
+    try:
+        error = json.loads(content)["status"]["error"]
+    except (ValueError, KeyError, TypeError):
+        return ""
+    return f": {str(error)[:200]}" if isinstance(error, str) else ""
 
 
 def _sparse(vector: SparseVector) -> Any:

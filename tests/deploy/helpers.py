@@ -10,9 +10,11 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.needs import missing
@@ -91,14 +93,20 @@ def require_binary(name: str) -> str:
     return found
 
 
-def run_promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run promtool; its stdout and stderr together in `.stdout`."""
+def dev_tool(name: str) -> str:
+    """A console script of the dev dependencies: on PATH, or next to this interpreter (an unactivated venv)."""
+    found = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+    if found is None:
+        pytest.fail(f"{name} is not installed: pip install -e '.[dev]'")
+    return found
+
+
+def run(argv: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a checker; its stdout and stderr together in `.stdout`."""
     return subprocess.run(
-        [require_binary("promtool"), *args],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=120,
-        check=False,
+        argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120, check=False
     )
+
+
+def run_promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return run([require_binary("promtool"), *args], cwd=cwd)

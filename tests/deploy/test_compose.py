@@ -18,7 +18,7 @@ import yaml
 
 from service.cli import _parser
 from service.settings import Settings
-from tests.deploy.helpers import PROMETHEUS_CONFIG, ROOT, load_yaml
+from tests.deploy.helpers import PROMETHEUS_CONFIG, ROOT, dev_tool, load_yaml, run
 from tests.deploy.test_dockerfile import (
     env,
     final_stage,
@@ -26,7 +26,6 @@ from tests.deploy.test_dockerfile import (
     repo_path,
     stage_variables,
     substitute,
-    tool,
 )
 
 COMPOSE = ROOT / "deploy" / "docker-compose.yml"
@@ -91,14 +90,7 @@ def container_ports(service: dict[str, Any]) -> set[int]:
 
 
 def check_jsonschema(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run([dev_tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(path)])
 
 
 def test_valid_under_the_compose_specification() -> None:

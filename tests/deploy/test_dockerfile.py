@@ -11,18 +11,14 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
 import subprocess
-import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-import pytest
-
 from service.runtime import build_reranker
 from service.settings import Settings
-from tests.deploy.helpers import ROOT
+from tests.deploy.helpers import ROOT, dev_tool, run
 
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
@@ -217,24 +213,8 @@ def ignored(path: str, rules: list[tuple[bool, re.Pattern[str]]]) -> bool:
 # ---- hadolint ---------------------------------------------------------------------------------------------
 
 
-def tool(name: str) -> str:
-    """A console script of the dev dependencies: on PATH, or next to this interpreter (an unactivated venv)."""
-    found = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
-    if found is None:
-        pytest.fail(f"{name} is not installed: pip install -e '.[dev]'")
-    return found
-
-
 def hadolint(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [tool("hadolint"), "--no-color", str(path)],
-        cwd=path.parent,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run([dev_tool("hadolint"), "--no-color", str(path)], cwd=path.parent)
 
 
 def test_hadolint_is_clean() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from service.chunking import Chunker, ChunkerConfig
 from service.domain import Document
-from service.errors import IndexMismatch, InvalidRequest, NotFound, PayloadTooLarge
+from service.errors import IndexMismatch, IngestFailed, InvalidRequest, NotFound, PayloadTooLarge, StoreUnavailable
 from service.filters import Clause, of_kind
 from service.index import Index, IndexLimits
 from service.payload import MANIFEST_ID
@@ -189,6 +189,30 @@ def test_a_write_that_raises_is_rolled_back(
     assert (index.chunks(), index.documents()) == counts
     assert {d.id: texts(index, d.id) for d in handbook_docs[:5]} == before
     assert not [t for t in search_texts(index, "Appendix new text") if "Appendix" in t]
+
+
+class LostAnswers(FlakyStore):
+    """A server that applies the commit markers but whose answer is lost (a timeout), then refuses every write but
+    deletes: the roll-back can delete but not write."""
+
+    def upsert(self, points: Sequence[StorePoint]) -> None:
+        if self.upserts >= 0 and points and points[0].payload.get("kind") == "head":
+            self.inner.upsert(points)
+            self.upserts = -1
+        if self.upserts < 0:
+            raise StoreUnavailable("the Qdrant server could not write points: no answer in time (ReadTimeout)")
+        super().upsert(points)
+
+
+def test_a_roll_back_that_fails_half_way_leaves_every_document_whole(store: EdgeStore) -> None:
+    index = make_index(store)
+    index.ingest([V1])
+    broken = make_index(LostAnswers(store, fail_on_upsert=-1))
+    with pytest.raises(IngestFailed, match="which is not known") as failed:
+        broken.ingest([V2, OTHER])
+    assert failed.value.outcome() == {"committed": [], "not_committed": [], "unknown": ["policy/pw", "it/vpn"]}
+    assert index.get("policy/pw").document.text in (V1.text, V2.text)
+    assert index.get("it/vpn").document.text == OTHER.text
 
 
 @pytest.mark.parametrize(

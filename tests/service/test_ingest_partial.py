@@ -15,7 +15,7 @@ import uvicorn
 from fastapi import Request
 
 from service.api.app import create_app
-from service.cli import EXIT_ERROR, main
+from service.cli import EXIT_ERROR, _remote_failure, main
 from service.runtime import Components
 from service.settings import Settings
 from tests.fakes import FakeEmbedder
@@ -25,17 +25,9 @@ IDS = [f"doc-{n}" for n in range(6)]
 
 
 @pytest.fixture
-def qdrant() -> Iterator[FakeQdrantServer]:
-    s = FakeQdrantServer()
-    s.start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def service(tmp_path: Path, qdrant: FakeQdrantServer) -> Iterator[str]:
+def service(tmp_path: Path, fake_qdrant: FakeQdrantServer) -> Iterator[str]:
     """Plumbline on the Qdrant backend behind uvicorn on a real socket (fake embedder: this is about writes)."""
-    settings = Settings(data_dir=tmp_path / "srv", backend="qdrant", qdrant_url=qdrant.url, qdrant_retries=0)
+    settings = Settings(data_dir=tmp_path / "srv", backend="qdrant", qdrant_url=fake_qdrant.url, qdrant_retries=0)
     app = create_app(settings, components=Components(embedder=lambda _: FakeEmbedder()))
     app.state.runtime.warm_up()
     sock = socket.socket()
@@ -59,7 +51,7 @@ def folder(tmp_path: Path) -> Path:
     return root
 
 
-def _fail_point_writes(qdrant: FakeQdrantServer, first: int, status: int, *, once: bool) -> None:
+def _fail_point_writes(fake_qdrant: FakeQdrantServer, first: int, status: int, *, once: bool) -> None:
     """Answer the `first`-th point write (PUT .../points) with `status`, and every later one too unless `once`."""
     seen = {"puts": 0}
 
@@ -70,7 +62,7 @@ def _fail_point_writes(qdrant: FakeQdrantServer, first: int, status: int, *, onc
         hit = seen["puts"] == first if once else seen["puts"] >= first
         return status if hit else None
 
-    qdrant.app.state.fail_when = fail
+    fake_qdrant.app.state.fail_when = fail
 
 
 def _ingest(service: str, folder: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
@@ -85,10 +77,10 @@ def _present(service: str) -> Callable[[str], bool]:
 
 
 def test_a_batch_refused_midway_is_undone_and_the_report_lists_each_document(
-    service: str, qdrant: FakeQdrantServer, folder: Path, capsys: pytest.CaptureFixture[str]
+    service: str, fake_qdrant: FakeQdrantServer, folder: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Each batch writes its points three times (chunks, records, heads): the 5th write is batch 2's records.
-    _fail_point_writes(qdrant, 5, 400, once=True)
+    _fail_point_writes(fake_qdrant, 5, 400, once=True)
     code, report = _ingest(service, folder, capsys)
     assert code == EXIT_ERROR
     assert report["committed"] == IDS[:2]
@@ -100,13 +92,30 @@ def test_a_batch_refused_midway_is_undone_and_the_report_lists_each_document(
 
 
 def test_when_undoing_fails_too_the_batch_is_reported_unknown(
-    service: str, qdrant: FakeQdrantServer, folder: Path, capsys: pytest.CaptureFixture[str]
+    service: str, fake_qdrant: FakeQdrantServer, folder: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # From batch 2's commit markers (the 6th point write) on, the server refuses everything: the undo fails.
-    _fail_point_writes(qdrant, 6, 503, once=False)
+    _fail_point_writes(fake_qdrant, 6, 503, once=False)
     code, report = _ingest(service, folder, capsys)
     assert code == EXIT_ERROR
     assert report["committed"] == IDS[:2]
     assert report["unknown"] == IDS[2:4]
     assert report["not_committed"] == IDS[4:]
     assert "which is not known" in str(report["error"])
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "outcome"),
+    [
+        (422, {"detail": "documents[0]: text is empty"}, {"not_committed": ["a", "b"], "unknown": []}),
+        (502, {}, {"not_committed": [], "unknown": ["a", "b"]}),  # a proxy's: the batch may have been applied
+        (503, {"detail": "x", "not_committed": ["a"], "unknown": ["b"]}, {"not_committed": ["a"], "unknown": ["b"]}),
+    ],
+)
+def test_a_refused_batch_is_reported_from_what_the_answer_can_tell(
+    status: int, body: dict[str, object], outcome: dict[str, list[str]]
+) -> None:
+    import httpx
+
+    failure = _remote_failure("http://x", httpx.Response(status, json=body), ["a", "b"])
+    assert {"not_committed": failure.not_committed, "unknown": failure.unknown} == outcome

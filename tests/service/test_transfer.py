@@ -13,13 +13,14 @@ from qdrant_client import QdrantClient
 
 from eval.cases import parse_jsonl
 from service.cli import EXIT_BAD_INPUT, EXIT_OK, main
-from service.errors import Conflict, InvalidRequest
-from service.filters import Clause
+from service.errors import Conflict, InvalidRequest, PlumblineError
+from service.filters import Clause, Match
 from service.index import Index
 from service.pipeline import SearchParams, SearchPipeline
 from service.state import StateStore, open_state
 from service.stores.qdrant import QdrantStore
 from service.transfer import export, import_
+from tests.fakes import FlakyStore
 from tests.postgres import fresh_postgres_database
 from tests.service.state.test_store import report
 from tests.service.stores.fake_qdrant import FakeQdrantServer
@@ -126,3 +127,17 @@ def test_the_commands_move_a_data_directory_to_a_server(
         assert "already holds 4 points" in capsys.readouterr().err
     finally:
         server.stop()
+
+
+def test_an_import_that_fails_midway_says_what_to_clean_up(
+    handbook_index: Index, state: StateStore, tmp_path: Path
+) -> None:
+    file = tmp_path / "x.jsonl.gz"
+    export(handbook_index.store, state, file)
+    target = FlakyStore(QdrantStore(QdrantClient(":memory:"), "t"), fail_on_upsert=2)
+    empty = open_state("sqlite://")
+    with pytest.raises(PlumblineError, match=r"after writing 256 of .* points .* delete the collection"):
+        import_(file, target, empty)
+    assert empty.set_names() == []  # the state store is written after the points, in one transaction
+    assert target.count(Clause(must=(Match("kind", "head"),))) == 0  # heads come last: no document is visible
+    empty.close()

@@ -4,11 +4,11 @@ happens while serving or before the first start."""
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
@@ -19,14 +19,6 @@ from tests.service.stores.fake_qdrant import FakeQdrantServer
 
 DOC = {"id": "it/vpn", "title": "VPN", "text": "# VPN\n\nReconnect the VPN client when error 809 shows."}
 QUERY = {"query": "vpn error 809", "rerank": False}
-
-
-@pytest.fixture
-def server() -> Iterator[FakeQdrantServer]:
-    s = FakeQdrantServer()
-    s.start()
-    yield s
-    s.stop()
 
 
 def _settings(tmp_path: Path, url: str) -> Settings:
@@ -50,9 +42,9 @@ def _until(check: Callable[[], bool], seconds: float) -> bool:
 
 
 def test_an_outage_answers_503_in_bounded_time_turns_readiness_false_and_heals(
-    tmp_path: Path, server: FakeQdrantServer
+    tmp_path: Path, fake_qdrant: FakeQdrantServer
 ) -> None:
-    settings = _settings(tmp_path, server.url)
+    settings = _settings(tmp_path, fake_qdrant.url)
     app = create_app(settings, components=Components(embedder=lambda _: FakeEmbedder()))
     with TestClient(app) as client:
         assert app.state.runtime.wait(timeout=60)
@@ -60,7 +52,7 @@ def test_an_outage_answers_503_in_bounded_time_turns_readiness_false_and_heals(
         before = client.post("/search", json=QUERY).json()["hits"]
         assert [h["doc_id"] for h in before] == ["it/vpn"]
 
-        server.stop()
+        fake_qdrant.stop()
         started = time.monotonic()
         down = client.post("/search", json=QUERY)
         assert time.monotonic() - started < qdrant_options(settings).worst_case_seconds
@@ -72,7 +64,7 @@ def test_an_outage_answers_503_in_bounded_time_turns_readiness_false_and_heals(
         assert "Qdrant server is unavailable" in ready.json()["detail"]
         assert client.post("/documents", json={"documents": [DOC]}).status_code == 503
 
-        server.start()
+        fake_qdrant.start()
         assert _until(lambda: client.get("/health/ready").status_code == 200, 10)
         after = client.post("/search", json=QUERY)
         assert after.status_code == 200
@@ -94,3 +86,16 @@ def test_a_server_away_at_start_up_is_waited_for(tmp_path: Path) -> None:
             assert client.post("/search", json=QUERY).json()["hits"] == []
         finally:
             server.stop()
+
+
+def test_stopping_while_waiting_for_the_server_stops_at_once(tmp_path: Path) -> None:
+    server = FakeQdrantServer()  # its port, with nothing listening: never there
+    app = create_app(_settings(tmp_path, server.url), components=Components(embedder=lambda _: FakeEmbedder()))
+    client = TestClient(app)
+    client.__enter__()
+    assert _until(lambda: "waiting for the vector store" in (client.get("/health/ready").json()["detail"] or ""), 30)
+    stopping = threading.Thread(target=client.__exit__, args=(None, None, None), daemon=True)
+    stopping.start()
+    stopping.join(timeout=15)  # the warm-up waits up to 30 s between attempts: it must give up, not finish its wait
+    assert not stopping.is_alive()
+    assert not app.state.runtime.ready

@@ -49,7 +49,8 @@ def fake_qdrant_app(local: QdrantClient, api_key: str | None = None) -> FastAPI:
         if status is None and app.state.fail_when is not None:
             status = app.state.fail_when(request)
         if status is not None:
-            return JSONResponse({"status": {"error": "injected failure"}}, status_code=status)
+            headers = {"Retry-After": "1"} if status == 429 else None
+            return JSONResponse({"status": {"error": "injected failure"}}, status_code=status, headers=headers)
         return await call_next(request)
 
     @app.get("/collections/{name}/exists")

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
 
 import pytest
 
-from service.errors import StoreUnavailable
+from service.errors import StoreUnavailable, StoreUnreachable
 from service.filters import Clause
 from service.sparse import SparseVector
 from service.stores.base import DENSE, PAYLOAD_INDEXES, SPARSE, StorePoint, VectorQuery
@@ -22,14 +21,6 @@ POINT = StorePoint(
 )
 
 
-@pytest.fixture
-def server() -> Iterator[FakeQdrantServer]:
-    s = FakeQdrantServer()
-    s.start()
-    yield s
-    s.stop()
-
-
 def _store(url: str, options: QdrantOptions = FAST, api_key: str | None = None) -> QdrantStore:
     return QdrantStore(connect(url, api_key, options), "c", options)
 
@@ -39,19 +30,19 @@ def _search(store: QdrantStore) -> list[list[object]]:
 
 
 def test_the_collection_is_created_with_the_configured_layout_and_searched_with_hnsw_ef(
-    server: FakeQdrantServer,
+    fake_qdrant: FakeQdrantServer,
 ) -> None:
     options = QdrantOptions(shards=3, replication_factor=2, write_consistency=2, on_disk=True, hnsw_m=24, hnsw_ef=77)
-    store = _store(server.url, options)
+    store = _store(fake_qdrant.url, options)
     store.ensure_schema(2)
-    created = server.app.state.created
+    created = fake_qdrant.app.state.created
     assert (created.shard_number, created.replication_factor, created.write_consistency_factor) == (3, 2, 2)
     assert created.on_disk_payload is True
     assert created.vectors[DENSE].on_disk is True
     assert created.sparse_vectors[SPARSE].index.on_disk is True
     assert (created.hnsw_config.m, created.hnsw_config.ef_construct) == (24, 100)
     assert created.quantization_config.scalar.type == "int8"
-    indexed = server.app.state.indexed
+    indexed = fake_qdrant.app.state.indexed
     assert set(indexed) == set(PAYLOAD_INDEXES)
     assert indexed["tenant"].is_tenant is True
     assert indexed["updated_at"] == "datetime"
@@ -59,15 +50,15 @@ def test_the_collection_is_created_with_the_configured_layout_and_searched_with_
     store.query(
         [VectorQuery(DENSE, [1.0, 0.0], Clause(), 3), VectorQuery(SPARSE, SparseVector((1,), (1.0,)), Clause(), 3)]
     )
-    dense, sparse = server.app.state.searches
+    dense, sparse = fake_qdrant.app.state.searches
     assert dense.params.hnsw_ef == 77
     assert dense.params.quantization.rescore is True
     assert sparse.params is None
 
 
-def test_without_quantisation_the_collection_has_none(server: FakeQdrantServer) -> None:
-    _store(server.url, QdrantOptions(quantization=False)).ensure_schema(2)
-    assert server.app.state.created.quantization_config is None
+def test_without_quantisation_the_collection_has_none(fake_qdrant: FakeQdrantServer) -> None:
+    _store(fake_qdrant.url, QdrantOptions(quantization=False)).ensure_schema(2)
+    assert fake_qdrant.app.state.created.quantization_config is None
 
 
 def test_the_api_key_is_sent_and_a_refused_key_says_so() -> None:
@@ -79,40 +70,58 @@ def test_the_api_key_is_sent_and_a_refused_key_says_so() -> None:
         with pytest.raises(StoreUnavailable, match="refused the API key"):
             wrong.ensure_schema(2)
         assert "API key" in (wrong.health() or "")
+        wrong.close()
     finally:
         keyed.stop()
 
 
-def test_transient_answers_are_retried_and_other_errors_are_not(server: FakeQdrantServer) -> None:
-    store = _store(server.url)
+def test_transient_answers_are_retried_and_other_errors_are_not(fake_qdrant: FakeQdrantServer) -> None:
+    store = _store(fake_qdrant.url)
     store.ensure_schema(2)
     store.upsert([POINT])
-    server.app.state.failures = [503, 502]  # two transient failures: the third attempt succeeds
+    fake_qdrant.app.state.failures = [503, 502]  # two transient failures: the third attempt succeeds
     assert len(_search(store)[0]) == 1
     assert store.health() is None
-    before = server.app.state.requests
-    server.app.state.failures = [400]  # a request the server rejects: retrying would not help
+    before = fake_qdrant.app.state.requests
+    fake_qdrant.app.state.failures = [400]  # a request the server rejects: retrying would not help
     with pytest.raises(StoreUnavailable, match="answered 400"):
         _search(store)
-    assert server.app.state.requests == before + 1
+    assert fake_qdrant.app.state.requests == before + 1
     assert store.health() is None  # the server is up: readiness stays true
 
 
-def test_a_port_nothing_listens_on_fails_within_the_bound_then_at_once() -> None:
+def test_a_rate_limited_request_waits_as_told_and_is_retried(fake_qdrant: FakeQdrantServer) -> None:
+    store = _store(fake_qdrant.url)
+    store.ensure_schema(2)
+    store.upsert([POINT])
+    fake_qdrant.app.state.failures = [429]  # answered with Retry-After: 1
+    started = time.monotonic()
+    assert len(_search(store)[0]) == 1
+    assert time.monotonic() - started >= 1.0
+    fake_qdrant.app.state.failures = [429, 429, 429]  # past the retries: unreachable, and said so
+    with pytest.raises(StoreUnreachable, match="rate limiting"):
+        _search(store)
+    store.close()
+
+
+def test_a_port_nothing_listens_on_fails_within_the_bound_then_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     store = _store(f"http://127.0.0.1:{port}")
+    waits: list[float] = []
+    real_sleep = time.sleep
+    monkeypatch.setattr("service.stores.qdrant.time.sleep", lambda s: (waits.append(s), real_sleep(s)))
     started = time.monotonic()
-    with pytest.raises(StoreUnavailable, match="could not search: ConnectError"):
+    with pytest.raises(StoreUnreachable, match="could not search: ConnectError"):
         _search(store)
-    took = time.monotonic() - started
-    assert BACKOFF_SECONDS * 3 <= took < FAST.worst_case_seconds  # retried twice, with backoff
+    assert time.monotonic() - started < FAST.worst_case_seconds
+    assert waits == [BACKOFF_SECONDS, 2 * BACKOFF_SECONDS]  # three attempts, with backoff between them
     assert "Qdrant server is unavailable" in (store.health() or "")
-    started = time.monotonic()
-    with pytest.raises(StoreUnavailable):
+    waits.clear()
+    with pytest.raises(StoreUnreachable):
         _search(store)
-    assert time.monotonic() - started < BACKOFF_SECONDS  # marked down: one attempt, no backoff
+    assert waits == []  # marked down: one attempt, no backoff
     store.close()
 
 
@@ -129,15 +138,15 @@ def test_a_server_that_never_answers_times_out_within_the_bound() -> None:
         store.close()
 
 
-def test_the_store_recovers_by_itself_when_the_server_returns(server: FakeQdrantServer) -> None:
-    store = _store(server.url)
+def test_the_store_recovers_by_itself_when_the_server_returns(fake_qdrant: FakeQdrantServer) -> None:
+    store = _store(fake_qdrant.url)
     store.ensure_schema(2)
     store.upsert([POINT])
-    server.stop()
+    fake_qdrant.stop()
     with pytest.raises(StoreUnavailable):
         _search(store)
     assert store.health() is not None
-    server.start()  # same port, same points: a restarted server
+    fake_qdrant.start()  # same port, same points: a restarted server
     deadline = time.monotonic() + 5 * PROBE_SECONDS
     while store.health() is not None and time.monotonic() < deadline:  # no call made: the probe notices
         time.sleep(0.1)
