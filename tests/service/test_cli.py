@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from eval.storage import RunStore
 from service.api.app import create_app
@@ -18,6 +15,7 @@ from service.runtime import Components
 from service.settings import Settings
 from service.state import open_state
 from tests.fakes import FakeEmbedder
+from tests.threaded import ThreadedServer
 
 DOCS = {
     "it/vpn.md": "---\ntitle: VPN\ntags: [it]\n---\n# VPN\n\n## Errors\n\nError LC-419 means your token expired.\n",
@@ -120,15 +118,9 @@ def server(tmp_path: Path) -> Iterator[str]:
     """The real app behind uvicorn on a real socket (fake embedder: this is about HTTP)."""
     app = create_app(Settings(data_dir=tmp_path / "srv"), components=Components(embedder=lambda _: FakeEmbedder()))
     app.state.runtime.warm_up()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()  # connections queue in the backlog until uvicorn accepts them: no need to wait
-    srv = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    srv.should_exit = True
-    thread.join(timeout=30)
+    with ThreadedServer(app) as url:
+        yield url
+    app.state.runtime.close()
 
 
 def test_ingest_and_eval_over_http(

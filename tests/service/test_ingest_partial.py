@@ -5,13 +5,10 @@ over real HTTP, with failures injected into the fake server of `tests.service.st
 from __future__ import annotations
 
 import json
-import socket
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from fastapi import Request
 
 from service.api.app import create_app
@@ -20,6 +17,7 @@ from service.runtime import Components
 from service.settings import Settings
 from tests.fakes import FakeEmbedder
 from tests.service.stores.fake_qdrant import FakeQdrantServer
+from tests.threaded import ThreadedServer
 
 IDS = [f"doc-{n}" for n in range(6)]
 
@@ -30,15 +28,8 @@ def service(tmp_path: Path, fake_qdrant: FakeQdrantServer) -> Iterator[str]:
     settings = Settings(data_dir=tmp_path / "srv", backend="qdrant", qdrant_url=fake_qdrant.url, qdrant_retries=0)
     app = create_app(settings, components=Components(embedder=lambda _: FakeEmbedder()))
     app.state.runtime.warm_up()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    srv = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    srv.should_exit = True
-    thread.join(timeout=30)
+    with ThreadedServer(app) as url:
+        yield url
     app.state.runtime.close()
 
 

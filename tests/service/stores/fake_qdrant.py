@@ -10,16 +10,15 @@ accepted and ignored (the local mode searches exactly).
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Callable
 from typing import Any
 
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from qdrant_client import QdrantClient
 from qdrant_client import models as m
+
+from tests.threaded import ThreadedServer
 
 
 def _ok(result: Any) -> JSONResponse:
@@ -127,7 +126,7 @@ def fake_qdrant_app(local: QdrantClient, api_key: str | None = None) -> FastAPI:
     return app
 
 
-class FakeQdrantServer:
+class FakeQdrantServer(ThreadedServer):
     """The fake on 127.0.0.1:`port` (a free one if 0); `stop()` and `start()` again keep the points.
 
     Example:
@@ -137,32 +136,4 @@ class FakeQdrantServer:
 
     def __init__(self, port: int = 0, api_key: str | None = None) -> None:
         self.local = QdrantClient(":memory:")
-        self.app = fake_qdrant_app(self.local, api_key)
-        self.port = port or _free_port()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", self.port))
-        sock.listen()  # connections queue in the backlog until uvicorn accepts them: no need to wait
-        self._server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="off"))
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(timeout=30)
-            self._server = self._thread = None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        super().__init__(fake_qdrant_app(self.local, api_key), port)
