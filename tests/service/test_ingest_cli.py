@@ -12,7 +12,8 @@ import pytest
 from fastapi import Request
 
 from service.api.app import create_app
-from service.cli import EXIT_ERROR, _remote_failure, main
+from service.cli import EXIT_ERROR, main
+from service.ingest_cli import _remote_failure
 from service.runtime import Components
 from service.settings import Settings
 from tests.fakes import FakeEmbedder
