@@ -145,18 +145,26 @@ class Index:
         self._write_lock = threading.Lock()
         self._last_gen = 0
         store.ensure_schema(embedder.dimension)
-        wanted = Manifest(embedder.name, embedder.dimension, tokenizer, bm25)
-        self.manifest = self._read_manifest()
-        if self.manifest is not None:
-            _check_compatible(self.manifest, wanted, avg_len_set=not measure_avg_len)
-        self._wanted = wanted
+        self._wanted = Manifest(embedder.name, embedder.dimension, tokenizer, bm25)
         self._measure = measure_avg_len
-        self.encoder = Bm25Encoder(Tokenizer(tokenizer), self.manifest.bm25 if self.manifest else bm25)
+        self.manifest: Manifest | None = None
+        self.encoder = Bm25Encoder(Tokenizer(tokenizer), bm25)
+        self._adopt_manifest()
         self.sizes = self._count()
+
+    def _adopt_manifest(self) -> None:
+        """Take the store's manifest (checked against the settings) if it has one: at start, and before a write while
+        this index has none yet, since another replica or `plumbline import` may have written it in the meantime."""
+        found = self._read_manifest()
+        if found is not None:
+            _check_compatible(found, self._wanted, avg_len_set=not self._measure)
+            self.manifest, self.encoder = found, Bm25Encoder(self.encoder.tokenizer, found.bm25)
 
     def ingest(self, docs: Sequence[Document]) -> IngestResult:
         docs = self._validated(docs)
         with self._write_lock:
+            if self.manifest is None:
+                self._adopt_manifest()
             known = self._records([d.id for d in docs])
             self._check_owners(docs, known)
             cycle = supersession.cycle(self.store, docs)

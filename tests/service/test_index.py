@@ -265,3 +265,15 @@ def test_manifest_guards_against_another_model(tmp_path: Path) -> None:
     with pytest.raises(IndexMismatch, match="tokenizer"):
         Index(again, FakeEmbedder(), Chunker(ChunkerConfig()), TokenizerConfig(stemmer=None), Bm25Params())
     again.close()
+
+
+def test_an_index_without_a_manifest_adopts_one_written_since_it_opened(store: EdgeStore) -> None:
+    """Two replicas opened on an empty collection (or one opened before `plumbline import`): the second to write
+    uses the first one's manifest, measured BM25 mean included, instead of overwriting it with its own."""
+    first, second = make_index(store), make_index(store)
+    first.ingest([V1])
+    assert first.manifest is not None
+    long_doc = replace(OTHER, text="# VPN\n\n" + "Connect with lkconnect up and wait for the green light. " * 30)
+    second.ingest([long_doc])
+    assert second.manifest == first.manifest
+    assert make_index(store).manifest == first.manifest
