@@ -56,11 +56,12 @@ class SentenceTransformerEmbedder:
         batch_size: int = 32,
         query_prefix: str = "",
         document_prefix: str = "",
+        device: str = "cpu",
     ) -> None:
         from sentence_transformers import SentenceTransformer
 
         self._name = model
-        self._model: Any = SentenceTransformer(resolve_model_path(model), device="cpu")
+        self._model: Any = SentenceTransformer(resolve_model_path(model), device=device)
         self._batch_size = batch_size
         self._query_prefix = query_prefix
         self._document_prefix = document_prefix

@@ -31,11 +31,11 @@ class CrossEncoderReranker:
         [5.1]
     """
 
-    def __init__(self, model: str, *, max_tokens: int = 256, concurrency: int = 1) -> None:
+    def __init__(self, model: str, *, max_tokens: int = 256, concurrency: int = 1, device: str = "cpu") -> None:
         from sentence_transformers import CrossEncoder
 
         self._name = model
-        self._model: Any = CrossEncoder(model, device="cpu", max_length=max_tokens)
+        self._model: Any = CrossEncoder(model, device=device, max_length=max_tokens)
         self._slots = threading.BoundedSemaphore(concurrency)
 
     @property

@@ -28,6 +28,7 @@ from service.api.schemas import SearchOptions
 from service.chunking import Chunker, ChunkerConfig
 from service.datadir import DataDirLock
 from service.embedding import Embedder, SentenceTransformerEmbedder
+from service.embedding_cache import CachedEmbedder
 from service.errors import (
     DataDirLocked,
     DataDirUnavailable,
@@ -42,6 +43,7 @@ from service.incidents import IncidentService
 from service.index import Index, IndexLimits
 from service.loaders import iter_documents
 from service.observability import ServiceMetrics
+from service.onnx_models import OnnxCrossEncoder, OnnxEmbedder
 from service.pipeline import Limits, SearchPipeline
 from service.rerank import CrossEncoderReranker, Reranker
 from service.schedule import Scheduler
@@ -69,20 +71,61 @@ class Components:
     store: Callable[[Settings], VectorStore] | None = None
 
 
+def model_device(settings: Settings) -> str:
+    """`cpu` or `cuda`, from `PLUMBLINE_DEVICE`; asking for cuda where there is none is a start-up error."""
+    if settings.device == "cpu":
+        return "cpu"
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if settings.device == "cuda":
+        raise PlumblineError("PLUMBLINE_DEVICE=cuda but torch sees no GPU: set auto or cpu")
+    return "cpu"
+
+
+def _onnx(settings: Settings) -> Path | None:
+    """The model cache when the models run on ONNX Runtime (CPU and `encoder_runtime=onnx`), else None (torch)."""
+    if settings.encoder_runtime != "onnx" or model_device(settings) != "cpu":
+        return None
+    return settings.model_cache or settings.data_dir / "models"
+
+
 def build_embedder(settings: Settings) -> Embedder:
+    s, cache = settings, _onnx(settings)
+    if cache is not None:
+        return OnnxEmbedder(
+            s.embedding_model,
+            cache=cache,
+            threads=s.torch_threads,
+            batch_size=s.embedding_batch_size,
+            query_prefix=s.query_prefix,
+            document_prefix=s.document_prefix,
+        )
     return SentenceTransformerEmbedder(
-        settings.embedding_model,
-        batch_size=settings.embedding_batch_size,
-        query_prefix=settings.query_prefix,
-        document_prefix=settings.document_prefix,
+        s.embedding_model,
+        device=model_device(s),
+        batch_size=s.embedding_batch_size,
+        query_prefix=s.query_prefix,
+        document_prefix=s.document_prefix,
     )
 
 
 def build_reranker(settings: Settings) -> Reranker | None:
-    if not settings.rerank_model:
+    model = settings.rerank_model
+    if not model:
         return None
+    s, cache = settings, _onnx(settings)
+    if cache is not None:
+        return OnnxCrossEncoder(
+            model,
+            cache=cache,
+            max_tokens=s.rerank_max_tokens,
+            concurrency=s.rerank_concurrency,
+            threads=s.torch_threads,
+        )
     return CrossEncoderReranker(
-        settings.rerank_model, max_tokens=settings.rerank_max_tokens, concurrency=settings.rerank_concurrency
+        model, max_tokens=s.rerank_max_tokens, concurrency=s.rerank_concurrency, device=model_device(s)
     )
 
 
@@ -307,6 +350,8 @@ class Runtime:
 
             torch.set_num_threads(s.torch_threads)
         embedder = (self.components.embedder or build_embedder)(s)
+        if s.embedding_cache:
+            embedder = CachedEmbedder(embedder, s.data_dir / "embeddings.db", variant=s.document_prefix)
         reranker = (self.components.reranker or build_reranker)(s)
         store = self._store = (self.components.store or build_store)(s)
         embedder.embed_queries(["warm-up"])  # the first forward pass is slow: pay it before readiness

@@ -63,6 +63,16 @@ class Settings(BaseSettings):
     rerank_max_tokens: int = Field(256, ge=16, le=1024)
     rerank_concurrency: int = Field(1, ge=1, le=16)
     torch_threads: int | None = Field(None, ge=1)
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="where the models run: cuda embeds and reranks on a GPU (torch), auto uses one if present"
+    )
+    encoder_runtime: Literal["onnx", "torch"] = Field(
+        "onnx", description="on CPU: ONNX Runtime (exported from the model on first use) or torch"
+    )
+    embedding_cache: bool = Field(
+        True, description="keep document embeddings in <data_dir>/embeddings.db: unchanged chunks are not re-embedded"
+    )
+    model_cache: Path | None = Field(None, description="where exported ONNX models are kept; default <data_dir>/models")
 
     # analysis and chunking
     chunk_size: int = Field(1000, ge=100, le=20_000, description="target chunk length in characters")

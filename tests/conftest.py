@@ -7,6 +7,7 @@ cross-encoder is a random tiny BERT written to a temp dir by `transformers`.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,12 +18,16 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # The suite tests search, ingest, eval and incidents with auth off (the service's default is on); the access tests
 # (tests/service/api/test_access*.py, tests/service/test_keys_cli.py) pass auth="on" and cover every endpoint.
 os.environ.setdefault("PLUMBLINE_AUTH", "off")
+# One cache of exported ONNX models for every test and every server a test starts (an export takes about 8 s; the
+# files are keyed by the model's files and written atomically, so sessions can share them).
+os.environ.setdefault("PLUMBLINE_MODEL_CACHE", str(Path(tempfile.gettempdir()) / "plumbline-test-models"))
 
 from service.chunking import Chunker, ChunkerConfig
 from service.domain import Document
-from service.embedding import Embedder, SentenceTransformerEmbedder
+from service.embedding import Embedder
 from service.index import Index
 from service.loaders import iter_documents
+from service.onnx_models import OnnxEmbedder
 from service.settings import PACKAGED_MODEL
 from service.sparse import Bm25Params
 from service.stores.edge import EdgeStore
@@ -57,8 +62,8 @@ def handbook_docs() -> list[Document]:
 
 @pytest.fixture(scope="session")
 def minilm() -> Embedder:
-    """The real packaged all-MiniLM-L6-v2 (about 5 s to load, once per session)."""
-    return SentenceTransformerEmbedder(PACKAGED_MODEL)
+    """The real packaged all-MiniLM-L6-v2 on ONNX Runtime, as the service runs it by default (once per session)."""
+    return OnnxEmbedder(PACKAGED_MODEL, cache=Path(os.environ["PLUMBLINE_MODEL_CACHE"]))
 
 
 @pytest.fixture(scope="session")

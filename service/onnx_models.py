@@ -1,0 +1,243 @@
+"""The models on ONNX Runtime: the embedding model and the cross-encoder, exported once from their own weights.
+
+A search embeds its query with MiniLM: sentence-transformers on torch took 17 ms a query on two cores, the same
+graph on ONNX Runtime 5 ms, with vectors equal to within 2e-7 (`benchmarks/speed.py` measures both). The graph is
+exported from the configured model with `torch.onnx` on first use, checked against torch on probe texts, and kept
+in the model cache (`<data_dir>/models` by default) under a key of the model's files, so a later start loads it in
+well under a second. Mean pooling and normalisation are inside the embedding graph; the cross-encoder's graph
+returns its logits, and the reranker applies the activation sentence-transformers would.
+
+`PLUMBLINE_DEVICE=cuda` (or `auto` on a machine with a GPU) keeps torch, on the GPU: the ONNX Runtime wheel here
+is the CPU build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from service.embedding import Matrix, resolve_model_path
+from service.errors import PlumblineError
+
+log = logging.getLogger("plumbline")
+_EXPORT_VERSION = 1  # part of the cache key: bump when the exported graph changes
+_PROBES = ("refund window for annual plans", "Wie setze ich mein Passwort zurück?", "0-dimensional biomaterials " * 40)
+_TOLERANCE = 1e-4  # largest difference from torch accepted on the probes
+
+
+def _key(model_dir: Path, kind: str) -> str:
+    """The files that define the model, by name, size and content of the small ones (the weights by size and
+    modification time: hashing 90 MB would cost a start-up second)."""
+    h = hashlib.sha256(f"{kind}:{_EXPORT_VERSION}".encode())
+    for f in sorted(p for p in model_dir.rglob("*") if p.is_file()):
+        stat = f.stat()
+        h.update(f"{f.relative_to(model_dir)}:{stat.st_size}".encode())
+        h.update(str(stat.st_mtime_ns).encode() if stat.st_size > 1 << 20 else f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _session(path: Path, threads: int | None) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads or 0  # 0: one per core
+    options.inter_op_num_threads = 1
+    # no busy-waiting between runs: spinning threads would take the CPU that the server's other requests need
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+class _Graph:
+    """One exported model: its tokenizer, its session, and the input names the graph takes."""
+
+    def __init__(self, model: str, kind: str, cache: Path, threads: int | None) -> None:
+        from transformers import AutoTokenizer
+
+        self.model_dir = Path(resolve_model_path(model))
+        if not self.model_dir.is_dir():
+            raise PlumblineError(
+                f"the ONNX runtime needs the model {model!r} as a local folder; set PLUMBLINE_ENCODER_RUNTIME=torch"
+            )
+        self.tokenizer: Any = AutoTokenizer.from_pretrained(str(self.model_dir))
+        self.kind = kind
+        path = cache / f"{kind}-{self.model_dir.name}-{_key(self.model_dir, kind)}.onnx"
+        if not path.exists():
+            _export(self.model_dir, kind, path, self.tokenizer)
+        self.session = _session(path, threads)
+        self.inputs = [i.name for i in self.session.get_inputs()]
+
+    def run(self, encoded: Any) -> Any:
+        return self.session.run(None, {name: np.asarray(encoded[name], dtype=np.int64) for name in self.inputs})[0]
+
+
+def _torch_module(model_dir: Path, kind: str) -> Any:
+    import torch
+    from transformers import AutoModel, AutoModelForSequenceClassification
+
+    if kind == "cross-encoder":
+        inner = AutoModelForSequenceClassification.from_pretrained(str(model_dir), attn_implementation="eager").eval()
+    else:
+        pooling = model_dir / "1_Pooling" / "config.json"
+        if pooling.exists() and not json.loads(pooling.read_text()).get("pooling_mode_mean_tokens", False):
+            raise PlumblineError(
+                f"the ONNX runtime supports mean-pooled embedding models; {model_dir.name} pools otherwise: "
+                "set PLUMBLINE_ENCODER_RUNTIME=torch"
+            )
+        inner = AutoModel.from_pretrained(str(model_dir), attn_implementation="eager").eval()
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            out = self.inner(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+            if kind == "cross-encoder":
+                return out.logits
+            mask = attention_mask.unsqueeze(-1).to(out.last_hidden_state.dtype)
+            mean = (out.last_hidden_state * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(mean, dim=-1)
+
+    return Wrapped().eval()
+
+
+def _export(model_dir: Path, kind: str, path: Path, tokenizer: Any) -> None:
+    """Export the graph, check it against torch on the probes, and move it into place only if it agrees."""
+    import torch
+
+    module = _torch_module(model_dir, kind)
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    probe = tokenizer(list(_PROBES), padding=True, truncation=True, max_length=128, return_tensors="pt")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the tracer's warnings about shapes: the probe check below decides
+            torch.onnx.export(
+                module,
+                tuple(probe[n] for n in names),
+                str(tmp),
+                input_names=names,
+                output_names=["out"],
+                dynamic_axes={**{n: {0: "batch", 1: "tokens"} for n in names}, "out": {0: "batch"}},
+                opset_version=17,
+                dynamo=False,
+            )
+            want = module(**{n: probe[n] for n in names}).numpy()
+        got = _session(tmp, 1).run(None, {n: probe[n].numpy() for n in names})[0]
+        diff = float(np.abs(got - want).max())
+        if diff > _TOLERANCE:
+            raise PlumblineError(
+                f"the ONNX export of {model_dir.name} differs from torch by {diff:.2g}: "
+                "set PLUMBLINE_ENCODER_RUNTIME=torch"
+            )
+        os.replace(tmp, path)
+        log.info("exported %s to ONNX (%s), largest difference from torch %.1g", model_dir.name, path.name, diff)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+class OnnxEmbedder:
+    """An `Embedder` on ONNX Runtime, equal to `SentenceTransformerEmbedder` on the same model to within 1e-4.
+
+    Texts are sorted by length and padded per batch, as sentence-transformers does, and cut at the model's
+    `max_seq_length` (256 tokens for MiniLM).
+
+    Example:
+        >>> e = OnnxEmbedder(PACKAGED_MODEL, cache=Path("data/models"))  # doctest: +SKIP
+        >>> e.embed_queries(["refund window"]).shape  # doctest: +SKIP
+        (1, 384)
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        cache: Path,
+        batch_size: int = 32,
+        query_prefix: str = "",
+        document_prefix: str = "",
+        threads: int | None = None,
+    ) -> None:
+        self._name = model
+        self._graph = _Graph(model, "embedding", cache, threads)
+        config = self._graph.model_dir / "sentence_bert_config.json"
+        self._max_tokens = int(json.loads(config.read_text()).get("max_seq_length", 512)) if config.exists() else 512
+        self._batch_size = batch_size
+        self._dimension = int(self._graph.run(self._graph.tokenizer(["dimension"])).shape[1])
+        self._query_prefix = query_prefix
+        self._document_prefix = document_prefix
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    def embed_documents(self, texts: Sequence[str]) -> Matrix:
+        return self._encode([self._document_prefix + t for t in texts])
+
+    def embed_queries(self, texts: Sequence[str]) -> Matrix:
+        return self._encode([self._query_prefix + t for t in texts])
+
+    def _encode(self, texts: list[str]) -> Matrix:
+        out = np.zeros((len(texts), self._dimension), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        for start in range(0, len(order), self._batch_size):
+            batch = order[start : start + self._batch_size]
+            encoded = self._graph.tokenizer(
+                [texts[i] for i in batch], padding=True, truncation=True, max_length=self._max_tokens
+            )
+            out[batch] = self._graph.run(encoded)
+        return out
+
+
+class OnnxCrossEncoder:
+    """A `Reranker` on ONNX Runtime: a one-label cross-encoder's logit through a sigmoid, as sentence-transformers
+    scores it. Passages are cut, never the query: `only_second` truncation to `max_tokens`.
+
+    Example:
+        >>> r = OnnxCrossEncoder("cross-encoder/ms-marco-MiniLM-L-6-v2", cache=Path("data/models"))  # doctest: +SKIP
+        >>> r.score("refund window", ["Refunds are possible within 30 days."])  # doctest: +SKIP
+        [0.99]
+    """
+
+    def __init__(
+        self, model: str, *, cache: Path, max_tokens: int = 256, concurrency: int = 1, threads: int | None = None
+    ) -> None:
+        self._name = model
+        self._graph = _Graph(model, "cross-encoder", cache, threads)
+        self._max_tokens = max_tokens
+        self._slots = threading.BoundedSemaphore(concurrency)
+        labels = self._graph.run(self._graph.tokenizer(["q"], ["p"])).shape[1]
+        if labels != 1:
+            raise PlumblineError(f"the reranker {model!r} has {labels} labels; a cross-encoder for reranking has one")
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def score(self, query: str, passages: Sequence[str]) -> list[float]:
+        if not passages:
+            return []
+        encoded = self._graph.tokenizer(
+            [query] * len(passages),
+            list(passages),
+            padding=True,
+            truncation="only_second" if len(self._graph.tokenizer.tokenize(query)) < self._max_tokens // 2 else True,
+            max_length=self._max_tokens,
+        )
+        with self._slots:
+            logits = self._graph.run(encoded)
+        return [float(s) for s in 1.0 / (1.0 + np.exp(-logits[:, 0]))]

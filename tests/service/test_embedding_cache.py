@@ -1,0 +1,75 @@
+"""The document-embedding cache: unchanged texts skip the model, anything else is a miss, and a broken file is
+replaced."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from service.chunking import Chunker, ChunkerConfig
+from service.domain import Document
+from service.embedding import Matrix
+from service.embedding_cache import CachedEmbedder
+from service.index import Index
+from service.sparse import Bm25Params
+from service.stores.edge import EdgeStore
+from service.tokenizer import TokenizerConfig
+from tests.fakes import FakeEmbedder
+
+
+class CountingFakeEmbedder(FakeEmbedder):
+    """A `FakeEmbedder` that records every text it was asked to embed as a document."""
+
+    def __init__(self, name: str = "fake-bow") -> None:
+        super().__init__(name=name)
+        self.embedded: list[str] = []
+
+    def embed_documents(self, texts: Sequence[str]) -> Matrix:
+        self.embedded += texts
+        return super().embed_documents(texts)
+
+
+def test_cached_texts_skip_the_model_and_keep_their_order(tmp_path: Path) -> None:
+    inner = CountingFakeEmbedder()
+    cache = CachedEmbedder(inner, tmp_path / "e.db")
+    first = cache.embed_documents(["alpha beta", "gamma"])
+    again = cache.embed_documents(["gamma", "delta", "alpha beta", "gamma"])
+    assert sorted(inner.embedded) == ["alpha beta", "delta", "gamma"]  # only the new text reached the model, once
+    want = FakeEmbedder().embed_documents(["gamma", "delta", "alpha beta", "gamma"])
+    np.testing.assert_array_equal(again, want)
+    np.testing.assert_array_equal(first, want[[2, 0]])
+    assert (cache.hits, cache.misses) == (3, 3)
+    # a new process finds them on disk; another model or document prefix does not
+    assert CachedEmbedder(CountingFakeEmbedder(), tmp_path / "e.db").embed_documents(["gamma"]).shape == (1, 64)
+    other = CountingFakeEmbedder(name="another-model")
+    CachedEmbedder(other, tmp_path / "e.db").embed_documents(["gamma"])
+    prefixed = CountingFakeEmbedder()
+    CachedEmbedder(prefixed, tmp_path / "e.db", variant="passage: ").embed_documents(["gamma"])
+    assert other.embedded == prefixed.embedded == ["gamma"]
+
+
+def test_a_broken_cache_file_is_replaced(tmp_path: Path) -> None:
+    (tmp_path / "e.db").write_bytes(b"not a database" * 100)
+    cache = CachedEmbedder(CountingFakeEmbedder(), tmp_path / "e.db")
+    assert cache.embed_documents(["alpha"]).shape == (1, 64)
+
+
+def test_reingesting_a_changed_document_embeds_only_its_changed_chunks(tmp_path: Path) -> None:
+    inner = CountingFakeEmbedder()
+    store = EdgeStore(tmp_path / "index")
+    index = Index(
+        store, CachedEmbedder(inner, tmp_path / "e.db"), Chunker(ChunkerConfig(200, 0)), TokenizerConfig(), Bm25Params()
+    )
+    sections = [f"## Part {i}\n\n" + f"word{i} " * 30 for i in range(4)]
+    index.ingest([Document(id="d", title="D", text="\n\n".join(sections))])
+    chunks = len(inner.embedded)
+    assert chunks >= 4
+    inner.embedded.clear()
+    sections[2] = "## Part 2\n\nrewritten entirely " * 3
+    result = index.ingest([Document(id="d", title="D", text="\n\n".join(sections))])
+    assert result.chunks >= 4
+    assert inner.embedded
+    assert all("rewritten" in t for t in inner.embedded)
+    store.close()

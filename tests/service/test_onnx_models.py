@@ -1,0 +1,95 @@
+"""The models on ONNX Runtime against the same models on torch (sentence-transformers): equal scores, a cached
+export, and a refused one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from service import onnx_models
+from service.embedding import Embedder, SentenceTransformerEmbedder
+from service.errors import PlumblineError
+from service.onnx_models import OnnxCrossEncoder, OnnxEmbedder
+from service.rerank import CrossEncoderReranker
+from service.runtime import build_embedder, build_reranker, model_device
+from service.settings import PACKAGED_MODEL, Settings
+
+TEXTS = [
+    "refund window",
+    "How do I reset my password if I lost my phone?",
+    "Für Rückerstattungen gilt eine Frist von 30 Tagen.",
+    "vpn " * 400,  # past the model's 256 tokens: cut the same way
+    "",
+]
+
+
+@pytest.fixture(scope="module")
+def torch_minilm() -> SentenceTransformerEmbedder:
+    return SentenceTransformerEmbedder(PACKAGED_MODEL)
+
+
+def test_onnx_embeddings_equal_sentence_transformers(
+    minilm: Embedder, torch_minilm: SentenceTransformerEmbedder
+) -> None:
+    assert isinstance(minilm, OnnxEmbedder)  # the suite runs on what the service runs by default
+    assert minilm.dimension == torch_minilm.dimension == 384
+    for embed, want in [
+        (minilm.embed_documents, torch_minilm.embed_documents),
+        (minilm.embed_queries, torch_minilm.embed_queries),
+    ]:
+        got = embed(TEXTS)
+        assert got.shape == (len(TEXTS), 384)
+        assert np.abs(got - want(TEXTS)).max() < 1e-5
+    assert minilm.embed_queries([]).shape == (0, 384)
+
+
+def test_onnx_cross_encoder_scores_equal_sentence_transformers(tiny_cross_encoder: Path, tmp_path: Path) -> None:
+    onnx = OnnxCrossEncoder(str(tiny_cross_encoder), cache=tmp_path)
+    torch = CrossEncoderReranker(str(tiny_cross_encoder))
+    passages = ["the vpn error code", "refund plan price", "laptop", "a b c d e f g h"]
+    assert onnx.score("vpn error", passages) == pytest.approx(torch.score("vpn error", passages), abs=1e-5)
+    assert onnx.score("q", []) == []
+    # a passage longer than max_tokens is cut and the query kept whole: the score is that of the cut passage
+    short = OnnxCrossEncoder(str(tiny_cross_encoder), cache=tmp_path, max_tokens=16)
+    long = "vpn " * 100
+    assert short.score("vpn error code", [long]) == pytest.approx(short.score("vpn error code", ["vpn " * 11]))
+
+
+def test_the_export_is_cached_and_checked(
+    tiny_cross_encoder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    OnnxCrossEncoder(str(tiny_cross_encoder), cache=tmp_path)
+    [exported] = list(tmp_path.glob("*.onnx"))
+    calls: list[Path] = []
+    monkeypatch.setattr(onnx_models, "_export", lambda *a: calls.append(a[2]))
+    OnnxCrossEncoder(str(tiny_cross_encoder), cache=tmp_path)
+    assert calls == []  # loaded, not exported again
+    monkeypatch.undo()
+    # an export that disagrees with torch is refused, and nothing is left in the cache
+    other = tmp_path / "strict"
+    monkeypatch.setattr(onnx_models, "_TOLERANCE", -1.0)
+    with pytest.raises(PlumblineError, match=r"differs from torch.*PLUMBLINE_ENCODER_RUNTIME=torch"):
+        OnnxCrossEncoder(str(tiny_cross_encoder), cache=other)
+    assert list(other.iterdir()) == []
+    assert exported.exists()
+
+
+def test_settings_choose_the_runtime(tiny_cross_encoder: Path, tmp_path: Path) -> None:
+    onnx = Settings(data_dir=tmp_path, rerank_model=str(tiny_cross_encoder), device="cpu", model_cache=tmp_path / "m")
+    assert isinstance(build_reranker(onnx), OnnxCrossEncoder)
+    torch = onnx.model_copy(update={"encoder_runtime": "torch"})
+    assert isinstance(build_reranker(torch), CrossEncoderReranker)
+    assert isinstance(build_embedder(torch), SentenceTransformerEmbedder)
+    assert model_device(onnx) == "cpu"
+
+
+def test_cuda_without_a_gpu_is_a_start_up_error(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(PlumblineError, match="PLUMBLINE_DEVICE=cuda but torch sees no GPU"):
+        model_device(Settings(data_dir=tmp_path, device="cuda"))
+    assert model_device(Settings(data_dir=tmp_path, device="auto")) == "cpu"
