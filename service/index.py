@@ -196,10 +196,11 @@ class Index:
             ]
             heads_sent = False
             try:
+                # durability is at the commit marker: the chunks and records before it need no flush of their own
                 for start in range(0, len(points), WRITE_BATCH):
-                    self.store.upsert(points[start : start + WRITE_BATCH])
+                    self.store.upsert(points[start : start + WRITE_BATCH], durable=False)
                     crash_point("ingest:chunks-written")
-                self.store.upsert(records)
+                self.store.upsert(records, durable=False)
                 crash_point("ingest:records-written")
                 heads_sent = True
                 self.store.upsert(heads)  # the commit: from here on readers see this generation

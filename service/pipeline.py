@@ -258,14 +258,14 @@ class SearchPipeline:
             if p.mode is not Mode.HYBRID or p.fusion is not FusionMethod.WEIGHTED or len(c.lists) < 2 or not union:
                 continue
             where = Clause(must=(HasId(tuple(c.points[k] for k in union)),))
-            requests.append((i, DENSE, VectorQuery(DENSE, vectors[i].tolist(), where, len(union))))
-            requests.append((i, SPARSE, VectorQuery(SPARSE, sparse[i], where, len(union))))
+            requests.append((i, DENSE, VectorQuery(DENSE, vectors[i].tolist(), where, len(union), with_payload=False)))
+            requests.append((i, SPARSE, VectorQuery(SPARSE, sparse[i], where, len(union), with_payload=False)))
         if not requests:
             return
         for (i, using, _), points in zip(requests, self.store.query([r for _, _, r in requests]), strict=True):
             c = candidates[i]
-            scores = {sp.payload["chunk_id"]: sp.score for sp in points}
-            c.rescored[using] = {k: scores.get(k, 0.0) for k in c.union}
+            scores = {sp.id: sp.score for sp in points}  # by point id: the queries read no payload
+            c.rescored[using] = {k: scores.get(c.points[k], 0.0) for k in c.union}
 
 
 MAX_REFILLS = 10  # each doubles the depth: up to 1024 times the asked-for depth

@@ -63,11 +63,11 @@ class FlakyStore:
     def ensure_schema(self, dimension: int) -> None:
         self.inner.ensure_schema(dimension)
 
-    def upsert(self, points: Sequence[StorePoint]) -> None:
+    def upsert(self, points: Sequence[StorePoint], *, durable: bool = True) -> None:
         self.upserts += 1
         if self.upserts == self.fail_on_upsert:
             raise OSError("fake disk failure")
-        self.inner.upsert(points)
+        self.inner.upsert(points, durable=durable)
 
     def delete(self, where: Clause) -> None:
         self.inner.delete(where)

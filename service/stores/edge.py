@@ -128,8 +128,8 @@ class EdgeStore:
             raise PlumblineError(f"the index in {self.path} has no schema yet: call ensure_schema first")
         return self._shard
 
-    def upsert(self, points: Sequence[StorePoint]) -> None:
-        self._write(qe.UpdateOperation.upsert_points([_point(p) for p in points]))
+    def upsert(self, points: Sequence[StorePoint], *, durable: bool = True) -> None:
+        self._write(qe.UpdateOperation.upsert_points([_point(p) for p in points]), durable=durable)
 
     def delete(self, where: Clause) -> None:
         self._write(qe.UpdateOperation.delete_points_by_filter(translate(where, _DIALECT)))
@@ -146,12 +146,13 @@ class EdgeStore:
             self._write(qe.UpdateOperation.overwrite_payload(present, {}))
             self._write(qe.UpdateOperation.delete_points(present))
 
-    def _write(self, operation: Any) -> None:
+    def _write(self, operation: Any, *, durable: bool = True) -> None:
         try:
             with _engine("write to the index"):
-                self._open.update(operation)
-                self._open.flush()
-                self._open.optimize()  # a no-op until the appendable segment passes _QUANTISE_AFTER_KB
+                self._open.update(operation)  # in the write-ahead log once it returns
+                if durable:
+                    self._open.flush()
+                    self._open.optimize()  # a no-op until the appendable segment passes _QUANTISE_AFTER_KB
         except StoreUnavailable as exc:
             self._failure = self._failure or f"{exc}; the engine may refuse writes until reopened: restart the service"
             raise
@@ -165,7 +166,7 @@ class EdgeStore:
                 limit=q.limit,
                 query=qe.Query.Nearest(_vector(q.vector), using=q.using),
                 filter=translate(q.filter, _DIALECT),
-                with_payload=qe.PayloadSelector.Include(list(CANDIDATE_FIELDS)),
+                with_payload=qe.PayloadSelector.Include(list(CANDIDATE_FIELDS)) if q.with_payload else False,
                 params=DENSE_SEARCH_PARAMS if q.using == DENSE else None,
             )
             for q in queries

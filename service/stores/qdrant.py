@@ -194,7 +194,7 @@ class QdrantStore:
                 raise
         log.info("created collection %s: %s", self.collection, o)
 
-    def upsert(self, points: Sequence[StorePoint]) -> None:
+    def upsert(self, points: Sequence[StorePoint], *, durable: bool = True) -> None:  # noqa: ARG002 (all are durable)
         batch = [_point(p) for p in points]
         self._call("write points", lambda: self.client.upsert(self.collection, batch, wait=True))
 
@@ -218,7 +218,7 @@ class QdrantStore:
                 using=q.using,
                 filter=translate(q.filter, _DIALECT),
                 limit=q.limit,
-                with_payload=list(CANDIDATE_FIELDS),
+                with_payload=list(CANDIDATE_FIELDS) if q.with_payload else False,
                 params=self._dense_params if q.using == DENSE else None,
             )
             for q in queries

@@ -101,11 +101,11 @@ class PausingStore(FlakyStore):
         self.before_upsert: dict[int, Callable[[], None]] = {}
         self.before_delete: Callable[[], None] | None = None
 
-    def upsert(self, points: Sequence[StorePoint]) -> None:
+    def upsert(self, points: Sequence[StorePoint], *, durable: bool = True) -> None:
         hook = self.before_upsert.pop(self.upserts + 1, None)
         if hook:
             hook()
-        super().upsert(points)
+        super().upsert(points, durable=durable)
 
     def delete(self, where: Clause) -> None:
         if self.before_delete is not None:
@@ -160,11 +160,11 @@ def test_leftovers_of_a_failed_cleanup_stay_invisible_and_are_removed_later(stor
 class FailingHeads(FlakyStore):
     """Writes only the first head of the commit batch, then raises: a write that fails half-way through the commit."""
 
-    def upsert(self, points: Sequence[StorePoint]) -> None:
+    def upsert(self, points: Sequence[StorePoint], *, durable: bool = True) -> None:
         if points and points[0].payload.get("kind") == "head":
             self.inner.upsert(points[:1])
             raise OSError("fake disk failure")
-        super().upsert(points)
+        super().upsert(points, durable=durable)
 
 
 # upserts of a 40-document ingest: 2 chunk batches, the records, the heads
@@ -195,13 +195,13 @@ class LostAnswers(FlakyStore):
     """A server that applies the commit markers but whose answer is lost (a timeout), then refuses every write but
     deletes: the roll-back can delete but not write."""
 
-    def upsert(self, points: Sequence[StorePoint]) -> None:
+    def upsert(self, points: Sequence[StorePoint], *, durable: bool = True) -> None:
         if self.upserts >= 0 and points and points[0].payload.get("kind") == "head":
             self.inner.upsert(points)
             self.upserts = -1
         if self.upserts < 0:
             raise StoreUnavailable("the Qdrant server could not write points: no answer in time (ReadTimeout)")
-        super().upsert(points)
+        super().upsert(points, durable=durable)
 
 
 def test_a_roll_back_that_fails_half_way_leaves_every_document_whole(store: EdgeStore) -> None:
@@ -277,3 +277,24 @@ def test_an_index_without_a_manifest_adopts_one_written_since_it_opened(store: E
     second.ingest([long_doc])
     assert second.manifest == first.manifest
     assert make_index(store).manifest == first.manifest
+
+
+class RecordingDurability(FlakyStore):
+    """Records, for each upsert, the kind of its first point and whether it asked to be made durable."""
+
+    def __init__(self, inner: VectorStore) -> None:
+        super().__init__(inner, fail_on_upsert=-1)
+        self.writes: list[tuple[str, bool]] = []
+
+    def upsert(self, points: Sequence[StorePoint], *, durable: bool = True) -> None:
+        self.writes.append((points[0].payload["kind"], durable))
+        super().upsert(points, durable=durable)
+
+
+def test_an_ingest_is_made_durable_at_its_commit_marker_only(store: EdgeStore, handbook_docs: list[Document]) -> None:
+    recording = RecordingDurability(store)
+    make_index(recording).ingest(handbook_docs[:40])
+    kinds = [kind for kind, _ in recording.writes]
+    assert kinds.count("chunk") >= 2  # several write batches
+    assert recording.writes[-1] == ("head", True)  # the commit flushes (and runs the optimiser) once
+    assert [durable for kind, durable in recording.writes if kind != "head"] == [False] * (len(kinds) - 1)
