@@ -56,27 +56,54 @@ def _session(path: Path, threads: int | None) -> Any:
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
+def _tokenizer(model_dir: Path, max_tokens: int) -> Any:
+    """The model's fast tokenizer (`tokenizer.json`, read by `tokenizers` without importing transformers or torch,
+    which would cost a start 2.5 s), cutting at `max_tokens` (the longest of a pair first, so a query is kept whole
+    while its passage is longer) and padding to the longest of a batch."""
+    from tokenizers import Tokenizer
+
+    file = model_dir / "tokenizer.json"
+    if file.exists():
+        tokenizer = Tokenizer.from_file(str(file))
+    else:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir)).backend_tokenizer
+    config = model_dir / "tokenizer_config.json"
+    pad = json.loads(config.read_text()).get("pad_token", "[PAD]") if config.exists() else "[PAD]"
+    pad = pad if isinstance(pad, str) else pad.get("content", "[PAD]")
+    tokenizer.enable_truncation(max_length=max_tokens, strategy="longest_first")
+    tokenizer.enable_padding(pad_id=tokenizer.token_to_id(pad) or 0, pad_token=pad)
+    return tokenizer
+
+
 class _Graph:
     """One exported model: its tokenizer, its session, and the input names the graph takes."""
 
-    def __init__(self, model: str, kind: str, cache: Path, threads: int | None) -> None:
-        from transformers import AutoTokenizer
-
+    def __init__(self, model: str, kind: str, cache: Path, threads: int | None, max_tokens: int) -> None:
         self.model_dir = Path(resolve_model_path(model))
         if not self.model_dir.is_dir():
             raise PlumblineError(
                 f"the ONNX runtime needs the model {model!r} as a local folder; set PLUMBLINE_ENCODER_RUNTIME=torch"
             )
-        self.tokenizer: Any = AutoTokenizer.from_pretrained(str(self.model_dir))
-        self.kind = kind
+        self.tokenizer = _tokenizer(self.model_dir, max_tokens)
         path = cache / f"{kind}-{self.model_dir.name}-{_key(self.model_dir, kind)}.onnx"
         if not path.exists():
-            _export(self.model_dir, kind, path, self.tokenizer)
+            _export(self.model_dir, kind, path, self.encode(list(_PROBES)))
         self.session = _session(path, threads)
         self.inputs = [i.name for i in self.session.get_inputs()]
 
-    def run(self, encoded: Any) -> Any:
-        return self.session.run(None, {name: np.asarray(encoded[name], dtype=np.int64) for name in self.inputs})[0]
+    def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> dict[str, Any]:
+        """Token ids, attention mask and token types of a batch (of `(texts[i], pairs[i])` when pairs are given)."""
+        batch = self.tokenizer.encode_batch(list(zip(texts, pairs, strict=True)) if pairs is not None else list(texts))
+        return {
+            "input_ids": np.array([e.ids for e in batch], dtype=np.int64),
+            "attention_mask": np.array([e.attention_mask for e in batch], dtype=np.int64),
+            "token_type_ids": np.array([e.type_ids for e in batch], dtype=np.int64),
+        }
+
+    def run(self, encoded: dict[str, Any]) -> Any:
+        return self.session.run(None, {name: encoded[name] for name in self.inputs})[0]
 
 
 def _torch_module(model_dir: Path, kind: str) -> Any:
@@ -110,13 +137,12 @@ def _torch_module(model_dir: Path, kind: str) -> Any:
     return Wrapped().eval()
 
 
-def _export(model_dir: Path, kind: str, path: Path, tokenizer: Any) -> None:
+def _export(model_dir: Path, kind: str, path: Path, probe: dict[str, Any]) -> None:
     """Export the graph, check it against torch on the probes, and move it into place only if it agrees."""
     import torch
 
     module = _torch_module(model_dir, kind)
     names = ["input_ids", "attention_mask", "token_type_ids"]
-    probe = tokenizer(list(_PROBES), padding=True, truncation=True, max_length=128, return_tensors="pt")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
@@ -124,7 +150,7 @@ def _export(model_dir: Path, kind: str, path: Path, tokenizer: Any) -> None:
             warnings.simplefilter("ignore")  # the tracer's warnings about shapes: the probe check below decides
             torch.onnx.export(
                 module,
-                tuple(probe[n] for n in names),
+                tuple(torch.from_numpy(probe[n]) for n in names),
                 str(tmp),
                 input_names=names,
                 output_names=["out"],
@@ -132,8 +158,8 @@ def _export(model_dir: Path, kind: str, path: Path, tokenizer: Any) -> None:
                 opset_version=17,
                 dynamo=False,
             )
-            want = module(**{n: probe[n] for n in names}).numpy()
-        got = _session(tmp, 1).run(None, {n: probe[n].numpy() for n in names})[0]
+            want = module(**{n: torch.from_numpy(probe[n]) for n in names}).numpy()
+        got = _session(tmp, 1).run(None, {n: probe[n] for n in names})[0]
         diff = float(np.abs(got - want).max())
         if diff > _TOLERANCE:
             raise PlumblineError(
@@ -169,11 +195,11 @@ class OnnxEmbedder:
         threads: int | None = None,
     ) -> None:
         self._name = model
-        self._graph = _Graph(model, "embedding", cache, threads)
-        config = self._graph.model_dir / "sentence_bert_config.json"
-        self._max_tokens = int(json.loads(config.read_text()).get("max_seq_length", 512)) if config.exists() else 512
+        config = Path(resolve_model_path(model)) / "sentence_bert_config.json"
+        max_tokens = int(json.loads(config.read_text()).get("max_seq_length", 512)) if config.exists() else 512
+        self._graph = _Graph(model, "embedding", cache, threads, max_tokens)
         self._batch_size = batch_size
-        self._dimension = int(self._graph.run(self._graph.tokenizer(["dimension"])).shape[1])
+        self._dimension = int(self._graph.run(self._graph.encode(["dimension"])).shape[1])
         self._query_prefix = query_prefix
         self._document_prefix = document_prefix
 
@@ -196,16 +222,13 @@ class OnnxEmbedder:
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         for start in range(0, len(order), self._batch_size):
             batch = order[start : start + self._batch_size]
-            encoded = self._graph.tokenizer(
-                [texts[i] for i in batch], padding=True, truncation=True, max_length=self._max_tokens
-            )
-            out[batch] = self._graph.run(encoded)
+            out[batch] = self._graph.run(self._graph.encode([texts[i] for i in batch]))
         return out
 
 
 class OnnxCrossEncoder:
     """A `Reranker` on ONNX Runtime: a one-label cross-encoder's logit through a sigmoid, as sentence-transformers
-    scores it. Passages are cut, never the query: `only_second` truncation to `max_tokens`.
+    scores it. A pair longer than `max_tokens` is cut longest side first: the passage, while it is the longer.
 
     Example:
         >>> r = OnnxCrossEncoder("cross-encoder/ms-marco-MiniLM-L-6-v2", cache=Path("data/models"))  # doctest: +SKIP
@@ -217,10 +240,9 @@ class OnnxCrossEncoder:
         self, model: str, *, cache: Path, max_tokens: int = 256, concurrency: int = 1, threads: int | None = None
     ) -> None:
         self._name = model
-        self._graph = _Graph(model, "cross-encoder", cache, threads)
-        self._max_tokens = max_tokens
+        self._graph = _Graph(model, "cross-encoder", cache, threads, max_tokens)
         self._slots = threading.BoundedSemaphore(concurrency)
-        labels = self._graph.run(self._graph.tokenizer(["q"], ["p"])).shape[1]
+        labels = self._graph.run(self._graph.encode(["q"], ["p"])).shape[1]
         if labels != 1:
             raise PlumblineError(f"the reranker {model!r} has {labels} labels; a cross-encoder for reranking has one")
 
@@ -231,13 +253,7 @@ class OnnxCrossEncoder:
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         if not passages:
             return []
-        encoded = self._graph.tokenizer(
-            [query] * len(passages),
-            list(passages),
-            padding=True,
-            truncation="only_second" if len(self._graph.tokenizer.tokenize(query)) < self._max_tokens // 2 else True,
-            max_length=self._max_tokens,
-        )
+        encoded = self._graph.encode([query] * len(passages), passages)
         with self._slots:
             logits = self._graph.run(encoded)
         return [float(s) for s in 1.0 / (1.0 + np.exp(-logits[:, 0]))]

@@ -73,8 +73,8 @@ class Components:
 
 def model_device(settings: Settings) -> str:
     """`cpu` or `cuda`, from `PLUMBLINE_DEVICE`; asking for cuda where there is none is a start-up error."""
-    if settings.device == "cpu":
-        return "cpu"
+    if settings.device == "cpu" or (settings.device == "auto" and not Path("/proc/driver/nvidia").exists()):
+        return "cpu"  # auto without an NVIDIA driver: no GPU, and no 2.5 s spent importing torch to learn it
     import torch
 
     if torch.cuda.is_available():
@@ -351,7 +351,8 @@ class Runtime:
             torch.set_num_threads(s.torch_threads)
         embedder = (self.components.embedder or build_embedder)(s)
         if s.embedding_cache:
-            embedder = CachedEmbedder(embedder, s.data_dir / "embeddings.db", variant=s.document_prefix)
+            path = s.embedding_cache_path or s.data_dir / "embeddings.db"
+            embedder = CachedEmbedder(embedder, path, variant=s.document_prefix)
         reranker = (self.components.reranker or build_reranker)(s)
         store = self._store = (self.components.store or build_store)(s)
         embedder.embed_queries(["warm-up"])  # the first forward pass is slow: pay it before readiness
