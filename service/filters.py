@@ -99,7 +99,7 @@ class FilterSpec:
     Example:
         >>> spec = FilterSpec(tenant="acme", tags=("billing",))
         >>> len(build_filter(spec, fresh_only=True, now=dt.datetime(2026, 1, 1, tzinfo=dt.UTC)).must)
-        4
+        3
     """
 
     tenant: str | None = None
@@ -135,8 +135,9 @@ def of_kind(kind: str) -> Clause:
 def build_filter(spec: FilterSpec, *, fresh_only: bool, now: dt.datetime) -> Clause:
     """The condition tree for `spec`, plus freshness when `fresh_only` is on.
 
-    Fresh means status `current` and `valid_until` later than `now` (absent: `payload.NEVER`). Asking for a non-current
-    status while `fresh_only` is on is a contradiction and is rejected rather than silently empty.
+    Fresh means status `current` and `valid_until` later than `now` (absent: `payload.NEVER`), one condition on the
+    precomputed `fresh_until` (`payload.fresh_until`). Asking for a non-current status while `fresh_only` is on is a
+    contradiction and is rejected rather than silently empty.
     """
     must: list[Condition] = []  # only chunk points carry vectors, so no kind condition is needed
     if spec.tenant is not None:
@@ -155,8 +156,7 @@ def build_filter(spec: FilterSpec, *, fresh_only: bool, now: dt.datetime) -> Cla
         must.append(DateRange("updated_at", gte=spec.updated_after, lt=spec.updated_before))
     must.extend(_metadata_condition(m) for m in spec.metadata)
     if fresh_only:
-        must.append(Match("status", DocStatus.CURRENT.value))
-        must.append(DateRange("valid_until", gt=now))  # documents without an end date store NEVER
+        must.append(DateRange("fresh_until", gt=now))  # see service.payload.fresh_until
     return Clause(must=tuple(must))
 
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 
 from eval.faults import crash_point
-from service import integrity, supersession
+from service import integrity, supersession, upgrade
 from service.chunking import Chunker
 from service.domain import Chunk, DocStatus, Document
 from service.embedding import Embedder
@@ -68,7 +68,8 @@ class Manifest:
     tokenizer: TokenizerConfig
     bm25: Bm25Params
     # 3: valid_until always stored (NEVER when open-ended), declared_status/superseded_by, head points
-    schema_version: int = 3
+    # 4: fresh_until (status and valid_until in one field), valid_until on heads; 3 is upgraded on open
+    schema_version: int = 4
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,10 @@ class Index:
         """Take the store's manifest (checked against the settings) if it has one: at start, and before a write while
         this index has none yet, since another replica or `plumbline import` may have written it in the meantime."""
         found = self._read_manifest()
+        if found is not None and found.schema_version == 3 and self._wanted.schema_version == 4:
+            upgrade.to_4(self.store)
+            found = replace(found, schema_version=4)
+            self.store.upsert([StorePoint(MANIFEST_ID, {"kind": "manifest", **asdict(found)})])
         if found is not None:
             _check_compatible(found, self._wanted, avg_len_set=not self._measure)
             self.manifest, self.encoder = found, Bm25Encoder(self.encoder.tokenizer, found.bm25)

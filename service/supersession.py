@@ -19,7 +19,7 @@ from typing import Any
 
 from service.domain import DocStatus, Document
 from service.filters import Clause, Match, MatchAny
-from service.payload import document_point_id, head_point_id
+from service.payload import NEVER, document_point_id, fresh_until, head_point_id
 from service.stores.base import ScoredPoint, StorePoint, VectorStore
 
 HEAD_FIELDS = ("doc_id", "gen", "supersedes", "declared_status", "status", "superseded_by")
@@ -99,8 +99,11 @@ def effective(heads: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, str | 
 
 
 def set_status(store: VectorStore, doc_id: str, status: str, superseded_by: str | None) -> None:
-    """Store a document's effective status on every one of its points."""
-    store.set_payload(Clause(must=(Match("doc_id", doc_id),)), {"status": status, "superseded_by": superseded_by})
+    """Store a document's effective status, and the `fresh_until` that follows from it, on every one of its points."""
+    heads = store.retrieve([head_point_id(doc_id)], fields=("valid_until",))
+    valid_until = heads[0].payload.get("valid_until", NEVER) if heads else NEVER
+    values = {"status": status, "superseded_by": superseded_by, "fresh_until": fresh_until(status, valid_until)}
+    store.set_payload(Clause(must=(Match("doc_id", doc_id),)), values)
 
 
 def cycle(store: VectorStore, docs: Sequence[Document]) -> list[str] | None:

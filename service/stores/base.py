@@ -45,6 +45,7 @@ PAYLOAD_INDEXES: Mapping[str, FieldType] = {
     "gen": FieldType.INTEGER,
     "updated_at": FieldType.DATETIME,
     "valid_until": FieldType.DATETIME,
+    "fresh_until": FieldType.DATETIME,
 }
 
 

@@ -20,9 +20,9 @@ from service.filters import (
 NOW = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
 
 
-def test_fresh_only_adds_status_and_expiry() -> None:
+def test_fresh_only_adds_one_condition_on_status_and_expiry_together() -> None:
     clause = build_filter(FilterSpec(), fresh_only=True, now=NOW)
-    assert clause.must == (Match("status", "current"), DateRange("valid_until", gt=NOW))
+    assert clause.must == (DateRange("fresh_until", gt=NOW),)
     assert build_filter(FilterSpec(), fresh_only=False, now=NOW).must == ()
 
 
