@@ -69,9 +69,8 @@ class Settings(BaseSettings):
     encoder_runtime: Literal["onnx", "torch"] = Field(
         "onnx", description="on CPU: ONNX Runtime (exported from the model on first use) or torch"
     )
-    embedding_cache: bool = Field(
-        True, description="keep document embeddings in <data_dir>/embeddings.db: unchanged chunks are not re-embedded"
-    )
+    embedding_cache: bool = Field(True, description="keep document embeddings: unchanged chunks are not re-embedded")
+    embedding_cache_path: Path | None = Field(None, description="its SQLite file; default <data_dir>/embeddings.db")
     model_cache: Path | None = Field(None, description="where exported ONNX models are kept; default <data_dir>/models")
 
     # analysis and chunking
