@@ -23,7 +23,7 @@ from service.domain import FusionMethod, Hit, Mode, StageScore
 from service.embedding import Embedder, Matrix
 from service.errors import InvalidRequest
 from service.filters import Clause, FilterSpec, HasId, build_filter
-from service.payload import head_point_id, hit_from_payload
+from service.payload import hit_from_payload
 from service.rerank import Reranker
 from service.sparse import Bm25Encoder, SparseVector
 from service.stores.base import DENSE, SPARSE, ScoredPoint, VectorName, VectorQuery, VectorStore
@@ -193,9 +193,7 @@ class SearchPipeline:
             committed.update(self._committed(seen))
 
     def _committed(self, doc_ids: set[str]) -> dict[str, int]:
-        """The committed generation of each document, read from its head by id (see `candidates`)."""
-        heads = self.store.retrieve([head_point_id(d) for d in sorted(doc_ids)], fields=("doc_id", "gen"))
-        return {h.payload["doc_id"]: int(h.payload["gen"]) for h in heads}
+        return self.store.committed(doc_ids)
 
     def _finish(self, query: str, p: SearchParams, c: Candidates, timer: _Timer, warnings: list[str]) -> SearchResult:
         """Fuse one query's candidates, fetch the payloads it shows, rerank its top when asked."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -77,6 +77,9 @@ class FlakyStore:
 
     def query(self, queries: Sequence[VectorQuery]) -> list[list[ScoredPoint]]:
         return self.inner.query(queries)
+
+    def committed(self, doc_ids: Collection[str]) -> dict[str, int]:
+        return self.inner.committed(doc_ids)
 
     def retrieve(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> list[ScoredPoint]:
         return self.inner.retrieve(ids, fields)

@@ -10,12 +10,13 @@ same contract suite (`tests/service/stores/test_contract.py`) and must return th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from service.filters import Clause, Condition, DateRange, HasId, Match, MatchAny, NumberRange
+from service.payload import head_point_id
 from service.sparse import SparseVector
 
 DENSE: Literal["dense"] = "dense"
@@ -103,6 +104,10 @@ class VectorStore(Protocol):
     def retrieve(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> list[ScoredPoint]:
         """The given points (score 0) with their payload, or only `fields` of it; missing ids are skipped."""
 
+    def committed(self, doc_ids: Collection[str]) -> dict[str, int]:
+        """The committed generation of each indexed document among `doc_ids`, as its head says
+        (`committed_generations`); an adapter may cache it while no write could have changed it."""
+
     def scroll(self, where: Clause, limit: int, fields: Sequence[str] | None = None) -> list[ScoredPoint]:
         """Up to `limit` points matching `where` (score 0), with only `fields` of the payload if given."""
 
@@ -125,6 +130,12 @@ class VectorStore(Protocol):
 
     def close(self) -> None:
         """Flush and release the engine."""
+
+
+def committed_generations(store: VectorStore, doc_ids: Collection[str]) -> dict[str, int]:
+    """The committed generation of each document, read from its head by id (see `service.candidates`)."""
+    heads = store.retrieve([head_point_id(d) for d in sorted(doc_ids)], fields=("doc_id", "gen"))
+    return {h.payload["doc_id"]: int(h.payload["gen"]) for h in heads}
 
 
 def named_vectors(p: StorePoint, sparse: Callable[[SparseVector], Any]) -> dict[str, Any]:
@@ -184,3 +195,13 @@ def translate(node: Condition, dialect: FilterDialect[T]) -> T:
     if isinstance(node, HasId):
         return dialect.has_id(node.ids)
     raise TypeError(f"unknown filter node {node!r}")
+
+
+def translated(queries: Sequence[VectorQuery], dialect: FilterDialect[T]) -> dict[int, T]:
+    """Each distinct filter of `queries` translated once, by identity: a search's dense and keyword queries share
+    theirs (an id filter of 200 candidates took 1 ms to build)."""
+    out: dict[int, T] = {}
+    for q in queries:
+        if id(q.filter) not in out:
+            out[id(q.filter)] = translate(q.filter, dialect)
+    return out

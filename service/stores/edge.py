@@ -17,7 +17,8 @@ for good, and readiness stays false until the process restarts (which recovers t
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+import threading
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -36,9 +37,11 @@ from service.stores.base import (
     ScoredPoint,
     StorePoint,
     VectorQuery,
+    committed_generations,
     named_vectors,
     stored_point,
     translate,
+    translated,
 )
 
 _SCHEMA = {
@@ -99,6 +102,12 @@ class EdgeStore:
         self.path = path
         self._shard: Any = None
         self._failure: str | None = None
+        # Committed generations read from heads, kept until the next write: this process is the only writer of the
+        # directory (the data directory lock), and every write goes through `_write`, which clears them. A read
+        # that overlapped a write is not kept (`_writes` moved on). Saves a search 4-5 ms at 100k chunks.
+        self._generations: dict[str, int] = {}
+        self._writes = 0
+        self._cache_lock = threading.Lock()
         if path.exists() and any(path.iterdir()):
             with _engine("open the index"):
                 self._shard = qe.EdgeShard.load(str(path))  # with the configuration it was created with
@@ -148,6 +157,7 @@ class EdgeStore:
 
     def _write(self, operation: Any, *, durable: bool = True) -> None:
         try:
+            self._forget()
             with _engine("write to the index"):
                 self._open.update(operation)  # in the write-ahead log once it returns
                 if durable:
@@ -156,16 +166,37 @@ class EdgeStore:
         except StoreUnavailable as exc:
             self._failure = self._failure or f"{exc}; the engine may refuse writes until reopened: restart the service"
             raise
+        finally:
+            self._forget()
+
+    def _forget(self) -> None:
+        """Drop the cached generations: called before a write (so no read begun earlier is kept) and after it."""
+        with self._cache_lock:
+            self._writes += 1
+            self._generations.clear()
+
+    def committed(self, doc_ids: Collection[str]) -> dict[str, int]:
+        with self._cache_lock:
+            writes, known = self._writes, {d: self._generations[d] for d in doc_ids if d in self._generations}
+        missing = [d for d in doc_ids if d not in known]
+        if missing:
+            read = committed_generations(self, missing)
+            with self._cache_lock:
+                if self._writes == writes:
+                    self._generations.update(read)
+            known.update(read)
+        return known
 
     def health(self) -> str | None:
         return self._failure
 
     def query(self, queries: Sequence[VectorQuery]) -> list[list[ScoredPoint]]:
+        filters = translated(queries, _DIALECT)
         requests = [
             qe.QueryRequest(
                 limit=q.limit,
                 query=qe.Query.Nearest(_vector(q.vector), using=q.using),
-                filter=translate(q.filter, _DIALECT),
+                filter=filters[id(q.filter)],
                 with_payload=qe.PayloadSelector.Include(list(CANDIDATE_FIELDS)) if q.with_payload else False,
                 params=DENSE_SEARCH_PARAMS if q.using == DENSE else None,
             )

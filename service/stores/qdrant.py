@@ -19,7 +19,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -41,9 +41,11 @@ from service.stores.base import (
     ScoredPoint,
     StorePoint,
     VectorQuery,
+    committed_generations,
     named_vectors,
     stored_point,
     translate,
+    translated,
 )
 
 _SCHEMA = {
@@ -212,11 +214,12 @@ class QdrantStore:
     def query(self, queries: Sequence[VectorQuery]) -> list[list[ScoredPoint]]:
         if not queries:
             return []
+        filters = translated(queries, _DIALECT)
         requests = [
             m.QueryRequest(
                 query=_vector(q.vector),
                 using=q.using,
-                filter=translate(q.filter, _DIALECT),
+                filter=filters[id(q.filter)],
                 limit=q.limit,
                 with_payload=list(CANDIDATE_FIELDS) if q.with_payload else False,
                 params=self._dense_params if q.using == DENSE else None,
@@ -225,6 +228,9 @@ class QdrantStore:
         ]
         results = self._call("search", lambda: self.client.query_batch_points(self.collection, requests))
         return [[ScoredPoint(str(p.id), float(p.score), p.payload or {}) for p in r.points] for r in results]
+
+    def committed(self, doc_ids: Collection[str]) -> dict[str, int]:
+        return committed_generations(self, doc_ids)  # never cached: other replicas write
 
     def retrieve(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> list[ScoredPoint]:
         payload: list[str] | bool = list(fields) if fields else True

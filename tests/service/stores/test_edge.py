@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from service.filters import Clause, Match, MatchAny
+from service.payload import head_point_id
+from service.stores import edge
 from service.stores.base import DENSE, StorePoint, VectorQuery
 from service.stores.edge import EdgeStore
 
@@ -68,3 +72,53 @@ def test_writes_after_quantisation_stay_exact_and_survive_reopen(tmp_path: Path)
     assert {h.id for h in hits[:2]} == {_uuid(7), _uuid(N)}
     assert [h.id for h in hits[2:]] == ids[2:]
     store.close()
+
+
+def _head(doc_id: str, gen: int) -> StorePoint:
+    return StorePoint(head_point_id(doc_id), {"kind": "head", "doc_id": doc_id, "gen": gen})
+
+
+def test_committed_generations_are_cached_until_a_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = EdgeStore(tmp_path / "index")
+    store.ensure_schema(DIM)
+    store.upsert([_head("a", 1), _head("b", 1)])
+    reads: list[list[str]] = []
+    real = edge.committed_generations
+    monkeypatch.setattr(edge, "committed_generations", lambda s, ids: reads.append(sorted(ids)) or real(s, ids))
+    assert store.committed({"a", "b", "c"}) == {"a": 1, "b": 1}
+    assert store.committed({"a", "b"}) == {"a": 1, "b": 1}
+    assert reads == [["a", "b", "c"]]  # the second answer came from the cache
+    store.upsert([_head("a", 2)])  # a write (here a commit) forgets them
+    assert store.committed({"a"}) == {"a": 2}
+
+    # a read that overlaps a write is answered but not kept: it may have seen the old head
+    def overlapping(s: EdgeStore, ids: list[str]) -> dict[str, int]:
+        old = real(s, ids)
+        s.upsert([_head("b", 3)])
+        return old
+
+    monkeypatch.setattr(edge, "committed_generations", overlapping)
+    assert store.committed({"b"}) == {"b": 1}
+    monkeypatch.setattr(edge, "committed_generations", real)
+    assert store.committed({"b"}) == {"b": 3}
+    # a read that starts while a write is under way (here just before the engine applies it) is not kept either
+    shard = store._shard
+    monkeypatch.setattr(store, "_shard", ReadsBeforeEachUpdate(shard, lambda: store.committed({"b"})))
+    store.upsert([_head("b", 4)])
+    monkeypatch.setattr(store, "_shard", shard)
+    assert store.committed({"b"}) == {"b": 4}
+    store.close()
+
+
+class ReadsBeforeEachUpdate:
+    """A shard that runs `read` just before each update it applies."""
+
+    def __init__(self, shard: object, read: Callable[[], object]) -> None:
+        self.shard, self.read = shard, read
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.shard, name)
+
+    def update(self, operation: object) -> None:
+        self.read()
+        self.shard.update(operation)  # type: ignore[attr-defined]
