@@ -10,7 +10,7 @@ DATA   ?= data
 export HF_HUB_OFFLINE = 1
 export TRANSFORMERS_OFFLINE = 1
 
-.PHONY: setup run test lint deploy-check bench-quality bench-speed eval-gate clean
+.PHONY: setup run test lint deploy-check bench-quality bench-speed eval-gate demo-embeddings clean
 
 $(BIN)/plumbline: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,8 @@ setup: $(BIN)/plumbline
 # with auth off (a local demo: the start-up log and every response's X-Plumbline-Auth header say so)
 run: export PLUMBLINE_EVAL_SCHEDULE ?= {"handbook": 3600}
 run: export PLUMBLINE_AUTH ?= off
+# the handbook's chunk embeddings, so the first start ingests it through the real path in seconds (make demo-embeddings)
+run: export PLUMBLINE_EMBEDDING_SEED ?= demo/handbook.embeddings.npz
 run: setup
 	$(BIN)/plumbline serve --data-dir $(DATA) --host $(HOST) --port $(PORT) --ingest demo/handbook
 
@@ -47,6 +49,10 @@ deploy-check: setup
 # The regression gate CI can run against the committed baseline (exit 1 on a regression).
 eval-gate: setup
 	$(BIN)/plumbline eval run --data-dir $(DATA)/gate --ingest demo/handbook --set handbook --baseline handbook
+
+# Rebuild demo/handbook.embeddings.npz after the handbook, the chunker or the model changes (a test says when).
+demo-embeddings: setup
+	$(BIN)/python demo/seed_embeddings.py
 
 bench-quality: setup
 	$(BIN)/python benchmarks/quality.py

@@ -96,6 +96,35 @@ class CachedEmbedder:
                         found[key] = vector
         return found
 
+    def seed(self, path: Path) -> int:
+        """Add the vectors of a seed file (`export`), keeping any already here; how many were new. The demo ships
+        one for the handbook, so the first `make run` ingests it through the real path without running the model
+        over every chunk."""
+        with np.load(path) as seed:
+            keys, vectors = seed["keys"], seed["vectors"]
+        if vectors.ndim != 2 or vectors.shape[1] != self.dimension:
+            log.warning(
+                "the embedding seed %s holds %s vectors, the model makes %d: not used",
+                path,
+                vectors.shape,
+                self.dimension,
+            )
+            return 0
+        rows = [(bytes(k), np.asarray(v, dtype=np.float32).tobytes()) for k, v in zip(keys, vectors, strict=True)]
+        with self._lock:
+            before = self._db.total_changes
+            self._db.executemany("INSERT OR IGNORE INTO vectors (key, vector) VALUES (?, ?)", rows)
+            return self._db.total_changes - before
+
+    def export(self, path: Path) -> None:
+        """Write every cached vector to `path` (NumPy .npz: `keys`, 32 bytes each, and float32 `vectors`)."""
+        with self._lock:
+            rows = self._db.execute("SELECT key, vector FROM vectors ORDER BY key").fetchall()
+        keys = np.array([np.frombuffer(k, dtype=np.uint8) for k, _ in rows], dtype=np.uint8).reshape(-1, 32)
+        vectors = np.array([np.frombuffer(v, dtype=np.float32) for _, v in rows], dtype=np.float32)
+        with path.open("wb") as f:
+            np.savez_compressed(f, keys=keys, vectors=vectors.reshape(len(rows), self.dimension))
+
     def _store(self, vectors: dict[bytes, Matrix]) -> None:
         rows = [(k, np.asarray(v, dtype=np.float32).tobytes()) for k, v in vectors.items()]
         try:

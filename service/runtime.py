@@ -352,7 +352,9 @@ class Runtime:
         embedder = (self.components.embedder or build_embedder)(s)
         if s.embedding_cache:
             path = s.embedding_cache_path or s.data_dir / "embeddings.db"
-            embedder = CachedEmbedder(embedder, path, variant=s.document_prefix)
+            embedder = cache = CachedEmbedder(embedder, path, variant=s.document_prefix)
+            if s.embedding_seed is not None:
+                log.info("embedding cache: %d vector(s) added from %s", cache.seed(s.embedding_seed), s.embedding_seed)
         reranker = (self.components.reranker or build_reranker)(s)
         store = self._store = (self.components.store or build_store)(s)
         embedder.embed_queries(["warm-up"])  # the first forward pass is slow: pay it before readiness

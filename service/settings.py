@@ -71,6 +71,7 @@ class Settings(BaseSettings):
     )
     embedding_cache: bool = Field(True, description="keep document embeddings: unchanged chunks are not re-embedded")
     embedding_cache_path: Path | None = Field(None, description="its SQLite file; default <data_dir>/embeddings.db")
+    embedding_seed: Path | None = Field(None, description="a .npz of vectors added to the cache at start (the demo's)")
     model_cache: Path | None = Field(None, description="where exported ONNX models are kept; default <data_dir>/models")
 
     # analysis and chunking

@@ -13,10 +13,13 @@ from service.domain import Document
 from service.embedding import Matrix
 from service.embedding_cache import CachedEmbedder
 from service.index import Index
+from service.settings import PACKAGED_MODEL, Settings
 from service.sparse import Bm25Params
 from service.stores.edge import EdgeStore
 from service.tokenizer import TokenizerConfig
 from tests.fakes import FakeEmbedder
+
+SEED = Path(__file__).resolve().parents[2] / "demo" / "handbook.embeddings.npz"
 
 
 class CountingFakeEmbedder(FakeEmbedder):
@@ -73,3 +76,41 @@ def test_reingesting_a_changed_document_embeds_only_its_changed_chunks(tmp_path:
     assert inner.embedded
     assert all("rewritten" in t for t in inner.embedded)
     store.close()
+
+
+class NoModel:
+    """Stands for the packaged model and fails if asked for anything: every vector must come from the cache."""
+
+    name, dimension = PACKAGED_MODEL, 384
+
+    def embed_documents(self, texts: Sequence[str]) -> Matrix:
+        raise AssertionError(
+            f"{len(texts)} chunk(s) missing from the seed, first {texts[0][:80]!r}: make demo-embeddings"
+        )
+
+    def embed_queries(self, texts: Sequence[str]) -> Matrix:
+        raise AssertionError(f"not used: {texts}")
+
+
+def test_the_shipped_seed_covers_the_demo_handbook(tmp_path: Path, handbook_docs: list[Document]) -> None:
+    cache = CachedEmbedder(NoModel(), tmp_path / "e.db")
+    assert cache.seed(SEED) == 535
+    s = Settings(data_dir=tmp_path)
+    store = EdgeStore(tmp_path / "index")
+    index = Index(store, cache, Chunker(ChunkerConfig(s.chunk_size, s.chunk_overlap)), TokenizerConfig(), Bm25Params())
+    assert index.ingest(handbook_docs).chunks == 535
+    assert (cache.hits, cache.misses) == (535, 0)
+    store.close()
+
+
+def test_a_seed_exports_and_loads_back(tmp_path: Path) -> None:
+    cache = CachedEmbedder(FakeEmbedder(), tmp_path / "a.db")
+    want = cache.embed_documents(["alpha", "beta gamma"])
+    cache.export(tmp_path / "seed.npz")
+    fresh = CachedEmbedder(CountingFakeEmbedder(), tmp_path / "b.db")
+    assert fresh.seed(tmp_path / "seed.npz") == 2
+    assert fresh.seed(tmp_path / "seed.npz") == 0  # already there
+    np.testing.assert_array_equal(fresh.embed_documents(["alpha", "beta gamma"]), want)
+    assert fresh.inner.embedded == []  # type: ignore[attr-defined]
+    other = CachedEmbedder(FakeEmbedder(dimension=8), tmp_path / "c.db")
+    assert other.seed(tmp_path / "seed.npz") == 0  # vectors of another size are refused
