@@ -31,7 +31,7 @@ from eval.trec import cases_from_qrels, read_qrels, read_queries
 from service.api.convert import parse_filters
 from service.chunking import Chunker, ChunkerConfig
 from service.domain import FusionMethod, Mode
-from service.embedding import Embedder, SentenceTransformerEmbedder
+from service.embedding import Embedder
 from service.evaluation import PipelineRetriever
 from service.filters import of_kind
 from service.index import Index
@@ -45,7 +45,8 @@ from service.payload import (
     head_point_id,
 )
 from service.pipeline import SearchParams, SearchPipeline
-from service.settings import PACKAGED_MODEL
+from service.runtime import build_embedder
+from service.settings import Settings
 from service.sparse import Bm25Encoder, Bm25Params
 from service.stores.base import StorePoint
 from service.stores.edge import EdgeStore
@@ -202,8 +203,10 @@ def main() -> None:
     p.add_argument("--only", choices=["scifact", "cmrc", "tokenizers"])
     p.add_argument("--chunk-sizes", type=int, nargs="+", default=[1000, 2000], help="SciFact sizes to choose from")
     p.add_argument("--work-dir", type=Path, default=Path("data/bench-quality"))
+    p.add_argument("--encoder-runtime", choices=["onnx", "torch"], default="onnx", help="as PLUMBLINE_ENCODER_RUNTIME")
     args = p.parse_args()
-    embedder = SentenceTransformerEmbedder(PACKAGED_MODEL)
+    # the model as the service runs it by default (ONNX Runtime on CPU), or on torch to compare
+    embedder = build_embedder(Settings(data_dir=args.work_dir, encoder_runtime=args.encoder_runtime))
     if args.only in (None, "scifact"):
         scifact(embedder, args.work_dir, args.chunk_sizes)
     if args.only in (None, "cmrc"):

@@ -1,7 +1,10 @@
-"""Speed: ingest throughput against the raw model, and /search latency per mode at 10k and 100k chunks.
+"""Speed: the models on ONNX Runtime against torch, ingest against the raw model, /search latency per mode at 10k
+and 100k chunks, the non-embedding part of a search, and searches and liveness while an ingest runs.
 
-    python benchmarks/speed.py              # about 10 minutes on 2 cores
+    python benchmarks/speed.py              # about 30 minutes on 2 cores
     python benchmarks/speed.py --quick      # smaller samples, for a smoke run
+
+It ends with one line of `name=value` pairs for scripts (`hybrid_p50_ms_100k`, `pipeline_overhead_ms_100k`, ...).
 
 Ingest: the same SciFact chunks go through `Index.ingest` (parse, chunk, embed, BM25-encode, write) and
 through the model's bare `encode`; the ratio is the pipeline's overhead.
@@ -24,11 +27,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import threading
 
 import httpx
 import numpy as np
@@ -38,10 +43,11 @@ from eval.http import no_delay_client
 from eval.trec import read_queries
 from service.chunking import Chunker, ChunkerConfig
 from service.domain import Chunk, Document
-from service.embedding import SentenceTransformerEmbedder, resolve_model_path
+from service.embedding import Embedder, Matrix, SentenceTransformerEmbedder, resolve_model_path
 from service.filters import of_kind
 from service.index import Index
 from service.loaders import iter_documents
+from service.onnx_models import OnnxCrossEncoder, OnnxEmbedder
 from service.payload import (
     chunk_payload,
     chunk_point_id,
@@ -50,9 +56,11 @@ from service.payload import (
     head_payload,
     head_point_id,
 )
+from service.pipeline import SearchParams, SearchPipeline
+from service.rerank import CrossEncoderReranker
 from service.settings import PACKAGED_MODEL, Settings
 from service.sparse import Bm25Encoder, Bm25Params
-from service.stores.base import StorePoint
+from service.stores.base import ScoredPoint, StorePoint, VectorQuery, VectorStore
 from service.stores.edge import DENSE_SEARCH_PARAMS, EdgeStore
 from service.tokenizer import Tokenizer, TokenizerConfig
 
@@ -62,7 +70,7 @@ MODES = {
     "keyword": {"mode": "keyword"},
     "dense": {"mode": "dense"},
     "hybrid": {"mode": "hybrid"},
-    "hybrid+rerank (depth 10)": {"mode": "hybrid", "rerank": True, "rerank_depth": 10},
+    "hybrid+rerank (depth 20)": {"mode": "hybrid", "rerank": True, "rerank_depth": 20},
 }
 
 
@@ -71,28 +79,246 @@ def scifact_chunks(size: int) -> list[tuple[Document, Chunk]]:
     return [(d, c) for d in iter_documents(SCIFACT / "corpus.jsonl") for c in chunker.chunk(d)]
 
 
-def ingest_throughput(embedder: SentenceTransformerEmbedder, docs: list[Document], repeats: int) -> None:
+class TimedEmbedder:
+    """Counts the seconds spent embedding documents, so an ingest's own work is its time minus these."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner, self.seconds = inner, 0.0
+        self.name, self.dimension = inner.name, inner.dimension
+
+    def embed_documents(self, texts: Sequence[str]) -> Matrix:
+        start = time.perf_counter()
+        try:
+            return self.inner.embed_documents(texts)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def embed_queries(self, texts: Sequence[str]) -> Matrix:
+        return self.inner.embed_queries(texts)
+
+
+class DurableEveryBatch(EdgeStore):
+    """The store as it was before: every write batch flushed and optimised (the baseline of the ingest table)."""
+
+    def upsert(self, points: Sequence[StorePoint], *, durable: bool = True) -> None:  # noqa: ARG002
+        super().upsert(points, durable=True)
+
+
+def ingest_throughput(embedder: Embedder, torch: Embedder, docs: list[Document], repeats: int) -> float:
+    """The ingest table; returns the non-embedding milliseconds per chunk of the default path."""
     chunker = Chunker(ChunkerConfig(600, 60))
     texts = [c.embed_text for d in docs for c in chunker.chunk(d)]
-    raw, pipeline = [], []
+    raw: dict[str, list[float]] = {"onnx": [], "torch": []}
+    runs: dict[str, list[tuple[float, float]]] = {"default": [], "flush": []}
     for _ in range(repeats):
-        start = time.perf_counter()
-        embedder.embed_documents(texts)
-        raw.append(time.perf_counter() - start)
-        with tempfile.TemporaryDirectory() as tmp:
-            store = EdgeStore(Path(tmp) / "index")
-            index = Index(store, embedder, chunker, TokenizerConfig(), Bm25Params())
+        for name, model in [("onnx", embedder), ("torch", torch)]:
             start = time.perf_counter()
-            for i in range(0, len(docs), 256):
-                index.ingest(docs[i : i + 256])
-            pipeline.append(time.perf_counter() - start)
-            store.close()
-    r, p = statistics.median(raw), statistics.median(pipeline)
+            model.embed_documents(texts)
+            raw[name].append(time.perf_counter() - start)
+        for name, store_type in [("default", EdgeStore), ("flush", DurableEveryBatch)]:
+            with tempfile.TemporaryDirectory() as tmp:
+                store = store_type(Path(tmp) / "index")
+                timed = TimedEmbedder(embedder)
+                index = Index(store, timed, chunker, TokenizerConfig(), Bm25Params())
+                start = time.perf_counter()
+                for i in range(0, len(docs), 256):
+                    index.ingest(docs[i : i + 256])
+                runs[name].append((time.perf_counter() - start, timed.seconds))
+                store.close()
+    r = statistics.median(raw["onnx"])
+    own = {k: statistics.median((t - e) * 1000 / len(texts) for t, e in v) for k, v in runs.items()}
+    total = {k: statistics.median(t for t, _ in v) for k, v in runs.items()}
     print(f"\n### Ingest: {len(docs)} SciFact documents, {len(texts)} chunks, median of {repeats}\n")
-    print("| path | seconds | chunks/s | vs raw encode |")
+    print("| path | seconds | chunks/s | vs raw encode | non-embedding ms/chunk |")
+    print("|---|---|---|---|---|")
+    t = statistics.median(raw["torch"])
+    print(f"| model.encode only, torch (sentence-transformers) | {t:.1f} | {len(texts) / t:.0f} | {t / r:.2f} | |")
+    print(f"| model.encode only, ONNX Runtime (the default) | {r:.1f} | {len(texts) / r:.0f} | 1.00 | |")
+    for name, label in [
+        ("default", "Index.ingest, durable at the commit (the default)"),
+        ("flush", "Index.ingest, every write batch flushed and optimised (before)"),
+    ]:
+        p = total[name]
+        print(f"| {label} | {p:.1f} | {len(texts) / p:.0f} | {p / r:.2f} | {own[name]:.2f} |")
+    return own["default"]
+
+
+def encoders(
+    onnx: Embedder, torch: Embedder, reranker_path: str, chunks: list[tuple[Document, Chunk]], queries: Sequence[str]
+) -> tuple[float, float]:
+    """Query embedding and a depth-20 rerank, torch against ONNX Runtime; returns the ONNX rerank p50s (ms), fp32 and
+    int8."""
+
+    def p50(f: Callable[[str], object]) -> float:
+        for q in queries[:5]:
+            f(q)
+        times = []
+        for q in queries:
+            start = time.perf_counter()
+            f(q)
+            times.append((time.perf_counter() - start) * 1000)
+        return statistics.median(times)
+
+    passages = [c.embed_text for _, c in chunks[:20]]
+    torch_ce = CrossEncoderReranker(reranker_path)
+    onnx_ce = OnnxCrossEncoder(reranker_path, cache=Path(tempfile.mkdtemp()))
+    int8_ce = OnnxCrossEncoder(reranker_path, cache=Path(tempfile.mkdtemp()), int8=True)
+    torch_rerank = p50(lambda q: torch_ce.score(q, passages))
+    rows = [
+        (
+            "query embedding (MiniLM-L6)",
+            p50(lambda q: torch.embed_queries([q])),
+            p50(lambda q: onnx.embed_queries([q])),
+        ),
+        (
+            "rerank 20 SciFact chunks (MiniLM-L6-sized cross-encoder)",
+            torch_rerank,
+            p50(lambda q: onnx_ce.score(q, passages)),
+        ),
+        (
+            "the same, int8 weights (PLUMBLINE_RERANK_INT8=true)",
+            torch_rerank,
+            p50(lambda q: int8_ce.score(q, passages)),
+        ),
+    ]
+    print(f"\n### The models: torch against ONNX Runtime, {len(queries)} SciFact queries, p50 ms\n")
+    print("| work | torch | ONNX Runtime | ONNX / torch |")
     print("|---|---|---|---|")
-    print(f"| model.encode only (same chunk texts) | {r:.1f} | {len(texts) / r:.0f} | 1.00 |")
-    print(f"| Index.ingest (parse, chunk, embed, BM25, write, flush) | {p:.1f} | {len(texts) / p:.0f} | {p / r:.2f} |")
+    for work, t, o in rows:
+        print(f"| {work} | {t:.1f} | {o:.1f} | {o / t:.2f} |")
+    return rows[1][2], rows[2][2]
+
+
+class TimedStore:
+    """A store whose engine calls are timed: a search's own work is its total minus these and the embedding."""
+
+    def __init__(self, inner: VectorStore) -> None:
+        self.inner, self.seconds = inner, 0.0
+
+    def query(self, queries: Sequence[VectorQuery]) -> list[list[ScoredPoint]]:
+        start = time.perf_counter()
+        try:
+            return self.inner.query(queries)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def retrieve(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> list[ScoredPoint]:
+        start = time.perf_counter()
+        try:
+            return self.inner.retrieve(ids, fields)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def committed(self, doc_ids: Collection[str]) -> dict[str, int]:
+        start = time.perf_counter()
+        try:
+            return self.inner.committed(doc_ids)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+def overhead(path: Path, embedder: Embedder, queries: Sequence[str]) -> tuple[float, float, float, float]:
+    """In-process hybrid search with the defaults: p50 of the total, the embedding, the engine calls, and the rest."""
+    store = EdgeStore(path)
+    timed = TimedStore(store)
+    encoder = Bm25Encoder(Tokenizer(TokenizerConfig()), Bm25Params(avg_len=80.0))
+    pipeline = SearchPipeline(timed, embedder, encoder, None)  # type: ignore[arg-type]
+    rows = []
+    for i, q in enumerate([*queries[:5], *queries]):
+        timed.seconds = 0.0
+        r = pipeline.search(q, SearchParams())
+        engine = timed.seconds * 1000
+        embed, total = r.timings_ms["embed"], r.timings_ms["total"]
+        if i >= 5:
+            rows.append((total, embed, engine, total - embed - engine))
+    store.close()
+    return tuple(statistics.median(col) for col in zip(*rows, strict=True))  # type: ignore[return-value]
+
+
+def load(url: str, queries: Sequence[str], docs: list[Document], seconds: float) -> tuple[list[float], list[float]]:
+    """8 search clients and a liveness probe (every 50 ms) for `seconds`, with one writer ingesting `docs` in batches
+    of 32 as fast as the service takes them if any are given: the latencies of each, in ms."""
+    stop = threading.Event()
+    searches: list[float] = []
+    live: list[float] = []
+
+    def search(offset: int) -> None:
+        with no_delay_client() as client:
+            i = offset
+            while not stop.is_set():
+                start = time.perf_counter()
+                client.post(f"{url}/search", json={"query": queries[i % len(queries)], "k": 10}).raise_for_status()
+                searches.append((time.perf_counter() - start) * 1000)
+                i += 8
+
+    def probe() -> None:
+        with no_delay_client() as client:
+            while not stop.is_set():
+                start = time.perf_counter()
+                client.get(f"{url}/health/live").raise_for_status()
+                live.append((time.perf_counter() - start) * 1000)
+                time.sleep(0.05)
+
+    def write() -> None:
+        with httpx.Client(timeout=300) as client:
+            for i in range(0, len(docs), 32):
+                if stop.is_set():
+                    return
+                body = [{"id": f"load-{d.id}", "title": d.title, "text": d.text} for d in docs[i : i + 32]]
+                client.post(f"{url}/documents", json={"documents": body}).raise_for_status()
+
+    threads = [threading.Thread(target=search, args=(k,)) for k in range(8)] + [threading.Thread(target=probe)]
+    threads += [threading.Thread(target=write)] if docs else []
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    return searches, live
+
+
+def during_ingest(url: str, queries: Sequence[str], docs: list[Document], seconds: float) -> dict[str, float]:
+    """`load` without and with a writer: p50/p99 of searches and of the liveness probe, in ms."""
+    out: dict[str, float] = {}
+    for phase, writing in [("idle", []), ("ingest", docs)]:
+        searches, live = load(url, queries, writing, seconds)
+        for name, values in [("search", searches), ("live", live)]:
+            out[f"{name}_p50_{phase}"] = statistics.median(values)
+            out[f"{name}_p99_{phase}"] = float(np.percentile(values, 99))
+    print(f"\n### While an ingest runs: 8 search clients and a liveness probe, {seconds:.0f} s each, ms\n")
+    print("| | search p50 | search p99 | /health/live p50 | /health/live p99 |")
+    print("|---|---|---|---|---|")
+    for phase in ("idle", "ingest"):
+        print(
+            f"| {phase} | {out[f'search_p50_{phase}']:.1f} | {out[f'search_p99_{phase}']:.1f} "
+            f"| {out[f'live_p50_{phase}']:.1f} | {out[f'live_p99_{phase}']:.1f} |"
+        )
+    return out
+
+
+def first_start(tmp: Path) -> dict[str, float]:
+    """Seconds from `plumbline serve --ingest demo/handbook` on an empty data directory (no exported model either) to
+    ready, as the first `make run` does: with the shipped embedding seed, and without it (the model runs over all
+    535 chunks)."""
+    out = {}
+    for name, env in [
+        ("seeded", {"PLUMBLINE_EMBEDDING_SEED": str(ROOT / "demo" / "handbook.embeddings.npz")}),
+        ("cold", {}),
+    ]:
+        data = tmp / f"first-start-{name}"
+        start = time.perf_counter()
+        _, stop = serve(
+            data, "", preload=ROOT / "demo" / "handbook", env={**env, "PLUMBLINE_MODEL_CACHE": str(data / "models")}
+        )
+        out[name] = time.perf_counter() - start
+        stop()
+    print("\n### The first start of the demo (`make run` after setup): seconds to ready\n")
+    print("| embedding seed | seconds | vs without |")
+    print("|---|---|---|")
+    print(f"| shipped seed (the default of make run) | {out['seeded']:.1f} | {out['seeded'] / out['cold']:.2f} |")
+    print(f"| none: the model embeds all 535 chunks | {out['cold']:.1f} | 1.00 |")
+    return out
 
 
 def fill_random(store: EdgeStore, chunks: list[tuple[Document, Chunk]], n: int, dim: int) -> None:
@@ -129,13 +355,15 @@ def fill_random(store: EdgeStore, chunks: list[tuple[Document, Chunk]], n: int, 
         store.upsert(points)
 
 
-def serve(data_dir: Path, reranker_path: str, preload: Path | None = None) -> tuple[str, Callable[[], None]]:
+def serve(
+    data_dir: Path, reranker_path: str, preload: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[str, Callable[[], None]]:
     """`plumbline serve` in its own process (a server thread in this process would share our GIL); `preload`: a
     folder it ingests at start-up. The benchmarks measure the service with auth off unless the environment says."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {"PLUMBLINE_AUTH": "off", **os.environ, "PLUMBLINE_DEFAULT_RERANK": "false"}
+    env = {"PLUMBLINE_AUTH": "off", **os.environ, "PLUMBLINE_DEFAULT_RERANK": "false", **(env or {})}
     if reranker_path:
         env["PLUMBLINE_RERANK_MODEL"] = reranker_path
     cmd = [sys.executable, "-m", "service.cli", "serve", "--data-dir", str(data_dir), "--port", str(port)]
@@ -234,14 +462,21 @@ def main() -> None:
     p.add_argument("--quick", action="store_true")
     args = p.parse_args()
     n_queries = 30 if args.quick else 150
-    embedder = SentenceTransformerEmbedder(PACKAGED_MODEL)
+    tmp = Path(tempfile.mkdtemp(prefix="plumbline-speed-"))
+    models = {"PLUMBLINE_MODEL_CACHE": str(tmp / "models")}
+    embedder = OnnxEmbedder(PACKAGED_MODEL, cache=tmp / "models")
+    torch = SentenceTransformerEmbedder(PACKAGED_MODEL)
     docs = list(iter_documents(SCIFACT / "corpus.jsonl"))
-    ingest_throughput(embedder, docs[: 200 if args.quick else 1000], repeats=1 if args.quick else 3)
-
     queries = list(read_queries(SCIFACT / "queries.jsonl").values())[:n_queries]
     chunks = scifact_chunks(400)
-    tmp = Path(tempfile.mkdtemp(prefix="plumbline-speed-"))
     reranker_path = rerank_model(tmp / "cross-encoder")
+    summary: dict[str, float] = {"first_start_s": first_start(tmp)["seeded"]}
+    summary["rerank20_p50_ms"], summary["rerank20_int8_p50_ms"] = encoders(
+        embedder, torch, reranker_path, chunks, queries
+    )
+    summary["ingest_non_embed_ms_per_chunk"] = ingest_throughput(
+        embedder, torch, docs[: 100 if args.quick else 300], repeats=1 if args.quick else 3
+    )
     rows = []
     breakdown: list[tuple[int, str, dict[str, float]]] = []
     scans: list[tuple[int, float, float, float]] = []
@@ -261,13 +496,30 @@ def main() -> None:
         points = store.count(of_kind("chunk"))
         store.close()
         floor, float32, overlap = engine_floor(settings.data_dir / "index", embedder.embed_queries(queries))
-        url, stop = serve(settings.data_dir, reranker_path)
+        url, stop = serve(settings.data_dir, reranker_path, env=models)
         for mode, body in MODES.items():
             qs = queries[: max(10, n_queries // 5)] if "rerank" in mode else queries
             p50, p95, stages = latency(url, qs, body)
             rows.append((points, kind, mode, p50, p95, stages["total"]))
             breakdown.append((points, mode, stages))
+            if mode == "hybrid" and kind != "real":
+                summary["hybrid_p50_ms_100k"] = p50
+        if kind == "real":
+            stalls = during_ingest(url, queries, docs[1000:], 20 if args.quick else 60)
+            summary["search_p99_ms_during_ingest"] = stalls["search_p99_ingest"]
+            summary["live_p99_ms_during_ingest"] = stalls["live_p99_ingest"]
         stop()
+        if kind != "real":
+            url, stop = serve(settings.data_dir, "", env={**models, "PLUMBLINE_ENCODER_RUNTIME": "torch"})
+            p50, p95, stages = latency(url, queries, MODES["hybrid"])
+            rows.append((points, kind, "hybrid, query embedded by torch (before)", p50, p95, stages["total"]))
+            stop()
+            total, embed, engine, own = overhead(settings.data_dir / "index", embedder, queries)
+            summary["pipeline_overhead_ms_100k"] = own
+            print(
+                f"\n### Hybrid at {n:,} chunks in-process, p50 ms: total {total:.1f} = embedding {embed:.1f} + engine "
+                f"calls {engine:.1f} + the pipeline's own work {own:.1f}"
+            )
         rows.append((n, "bare engine: dense top-100, no filter, no payload", "floor", floor, floor, floor))
         rows.append((n, "bare engine, float32 scan (quantisation ignored)", "floor", float32, float32, float32))
         scans.append((n, floor, float32, overlap))
@@ -289,6 +541,7 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for n, q8, f32, overlap in scans:
         print(f"| {n:,} | {q8:.1f} | {f32:.1f} | {q8 / f32:.2f} | {overlap:.4f} |")
+    print("\n" + " ".join(f"{k}={v:.2f}" for k, v in summary.items()) + " hybrid_p50_ms_1m=not_measured")
 
 
 if __name__ == "__main__":

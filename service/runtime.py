@@ -123,6 +123,7 @@ def build_reranker(settings: Settings) -> Reranker | None:
             max_tokens=s.rerank_max_tokens,
             concurrency=s.rerank_concurrency,
             threads=s.torch_threads,
+            int8=s.rerank_int8,
         )
     return CrossEncoderReranker(
         model, max_tokens=s.rerank_max_tokens, concurrency=s.rerank_concurrency, device=model_device(s)

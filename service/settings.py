@@ -62,6 +62,10 @@ class Settings(BaseSettings):
     rerank_model: str | None = None
     rerank_max_tokens: int = Field(256, ge=16, le=1024)
     rerank_concurrency: int = Field(1, ge=1, le=16)
+    rerank_int8: bool = Field(
+        False,
+        description="on ONNX Runtime, the cross-encoder's weights quantised to int8: about 2x faster, scores move",
+    )
     torch_threads: int | None = Field(None, ge=1)
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="where the models run: cuda embeds and reranks on a GPU (torch), auto uses one if present"

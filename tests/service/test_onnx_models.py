@@ -93,3 +93,11 @@ def test_cuda_without_a_gpu_is_a_start_up_error(tmp_path: Path) -> None:
     with pytest.raises(PlumblineError, match="PLUMBLINE_DEVICE=cuda but torch sees no GPU"):
         model_device(Settings(data_dir=tmp_path, device="cuda"))
     assert model_device(Settings(data_dir=tmp_path, device="auto")) == "cpu"
+
+
+def test_an_int8_cross_encoder_is_a_graph_of_its_own_and_ranks_alike(tiny_cross_encoder: Path, tmp_path: Path) -> None:
+    exact = OnnxCrossEncoder(str(tiny_cross_encoder), cache=tmp_path)
+    small = OnnxCrossEncoder(str(tiny_cross_encoder), cache=tmp_path, int8=True)
+    assert len(list(tmp_path.glob("*.onnx"))) == 2
+    passages = ["the vpn error code", "refund plan price", "laptop", "a b c d e f g h"]
+    assert small.score("vpn error", passages) == pytest.approx(exact.score("vpn error", passages), abs=0.05)
