@@ -40,7 +40,33 @@ def resolve_model_path(name: str) -> str:
     return name
 
 
-class SentenceTransformerEmbedder:
+class PrefixedEmbedder:
+    """The `Embedder` surface of a local model: each text gets its prefix, then the subclass's `_encode` turns the
+    batch into unit vectors."""
+
+    def __init__(self, name: str, dimension: int, query_prefix: str, document_prefix: str) -> None:
+        self._name, self._dimension = name, dimension
+        self._query_prefix, self._document_prefix = query_prefix, document_prefix
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    def embed_documents(self, texts: Sequence[str]) -> Matrix:
+        return self._encode([self._document_prefix + t for t in texts])
+
+    def embed_queries(self, texts: Sequence[str]) -> Matrix:
+        return self._encode([self._query_prefix + t for t in texts])
+
+    def _encode(self, texts: list[str]) -> Matrix:
+        raise NotImplementedError
+
+
+class SentenceTransformerEmbedder(PrefixedEmbedder):
     """An `Embedder` over a sentence-transformers model.
 
     Example:
@@ -60,25 +86,12 @@ class SentenceTransformerEmbedder:
     ) -> None:
         from sentence_transformers import SentenceTransformer
 
-        self._name = model
         self._model: Any = SentenceTransformer(resolve_model_path(model), device=device)
+        dimension = self._model.get_embedding_dimension()
+        if dimension is None:
+            raise ValueError(f"{model} does not say its embedding dimension")
+        super().__init__(model, dimension, query_prefix, document_prefix)
         self._batch_size = batch_size
-        self._query_prefix = query_prefix
-        self._document_prefix = document_prefix
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def dimension(self) -> int:
-        return int(self._model.get_embedding_dimension())
-
-    def embed_documents(self, texts: Sequence[str]) -> Matrix:
-        return self._encode([self._document_prefix + t for t in texts])
-
-    def embed_queries(self, texts: Sequence[str]) -> Matrix:
-        return self._encode([self._query_prefix + t for t in texts])
 
     def _encode(self, texts: list[str]) -> Matrix:
         if not texts:

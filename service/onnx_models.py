@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from service.embedding import Matrix, resolve_model_path
+from service.embedding import Matrix, PrefixedEmbedder, resolve_model_path
 from service.errors import PlumblineError
 
 log = logging.getLogger("plumbline")
@@ -196,7 +196,7 @@ def _fuse(model_dir: Path, graph: Path) -> None:
     fused.save_model_to_file(str(graph))
 
 
-class OnnxEmbedder:
+class OnnxEmbedder(PrefixedEmbedder):
     """An `Embedder` on ONNX Runtime, equal to `SentenceTransformerEmbedder` on the same model to within 1e-4.
 
     Texts are sorted by length and padded per batch, as sentence-transformers does, and cut at the model's
@@ -218,28 +218,12 @@ class OnnxEmbedder:
         document_prefix: str = "",
         threads: int | None = None,
     ) -> None:
-        self._name = model
         config = Path(resolve_model_path(model)) / "sentence_bert_config.json"
         max_tokens = int(json.loads(config.read_text()).get("max_seq_length", 512)) if config.exists() else 512
         self._graph = _Graph(model, "embedding", cache, threads, max_tokens)
         self._batch_size = batch_size
-        self._dimension = int(self._graph.run(self._graph.encode(["dimension"])).shape[1])
-        self._query_prefix = query_prefix
-        self._document_prefix = document_prefix
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def dimension(self) -> int:
-        return self._dimension
-
-    def embed_documents(self, texts: Sequence[str]) -> Matrix:
-        return self._encode([self._document_prefix + t for t in texts])
-
-    def embed_queries(self, texts: Sequence[str]) -> Matrix:
-        return self._encode([self._query_prefix + t for t in texts])
+        dimension = int(self._graph.run(self._graph.encode(["dimension"])).shape[1])
+        super().__init__(model, dimension, query_prefix, document_prefix)
 
     def _encode(self, texts: list[str]) -> Matrix:
         out = np.zeros((len(texts), self._dimension), dtype=np.float32)

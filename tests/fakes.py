@@ -9,37 +9,22 @@ from typing import Any
 
 import numpy as np
 
-from service.embedding import Matrix
+from service.embedding import Matrix, PrefixedEmbedder
 from service.filters import Clause
 from service.stores.base import ScoredPoint, StorePoint, VectorQuery, VectorStore
 
 
-class FakeEmbedder:
+class FakeEmbedder(PrefixedEmbedder):
     """Deterministic bag-of-words vectors (hashed words, L2-normalised): texts sharing words are close.
 
     Fast and model-free, for tests about plumbing rather than semantics.
     """
 
     def __init__(self, dimension: int = 64, name: str = "fake-bow") -> None:
-        self._dimension = dimension
-        self._name = name
+        super().__init__(name, dimension, query_prefix="", document_prefix="")
         self.calls = 0
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def dimension(self) -> int:
-        return self._dimension
-
-    def embed_documents(self, texts: Sequence[str]) -> Matrix:
-        return self._embed(texts)
-
-    def embed_queries(self, texts: Sequence[str]) -> Matrix:
-        return self._embed(texts)
-
-    def _embed(self, texts: Sequence[str]) -> Matrix:
+    def _encode(self, texts: list[str]) -> Matrix:
         self.calls += 1
         out = np.zeros((len(texts), self._dimension), dtype=np.float32)
         for row, text in enumerate(texts):
