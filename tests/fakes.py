@@ -75,8 +75,10 @@ class FlakyStore:
     def count(self, where: Clause) -> int:
         return self.inner.count(where)
 
-    def page(self, offset: str | None, limit: int, fields: Sequence[str]) -> tuple[list[ScoredPoint], str | None]:
-        return self.inner.page(offset, limit, fields)
+    def page(
+        self, offset: str | None, limit: int, fields: Sequence[str], where: Clause | None = None
+    ) -> tuple[list[ScoredPoint], str | None]:
+        return self.inner.page(offset, limit, fields, where)
 
     def dump(self, offset: str | None, limit: int) -> tuple[list[StorePoint], str | None]:
         return self.inner.dump(offset, limit)

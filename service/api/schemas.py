@@ -131,6 +131,31 @@ class DocumentOut(BaseModel):
     chunks: list[ChunkOut]
 
 
+class DocumentSummary(BaseModel):
+    id: str
+    title: str
+    tenant: str | None
+    tags: list[str]
+    status: DocStatus = Field(description="what filters see: superseded while a current document supersedes it")
+    declared_status: DocStatus = Field(description="the status the document was ingested with")
+    current: bool = Field(description="current now: neither superseded, archived, draft nor expired")
+    superseded_by: str | None
+    supersedes: str | None
+    updated_at: AwareDatetime | None
+    valid_until: AwareDatetime | None
+    chunks: int
+    format: DocFormat
+    generation: int = Field(description="the committed generation: its ingest time in nanoseconds since the epoch")
+
+
+class DocumentPage(BaseModel):
+    documents: list[DocumentSummary]
+    total: int = Field(
+        description="documents matching the filters, counted by the engine (a write in flight may add one for a moment)"
+    )
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last")
+
+
 class DeleteResponse(BaseModel):
     id: str
     deleted_chunks: int

@@ -114,9 +114,12 @@ class VectorStore(Protocol):
     def count(self, where: Clause) -> int:
         """Exact number of points matching `where`."""
 
-    def page(self, offset: str | None, limit: int, fields: Sequence[str]) -> tuple[list[ScoredPoint], str | None]:
-        """Every point in id order, `limit` at a time from `offset` (None: the start), with only `fields` of the
-        payload (none if empty); returns the page and the next offset (None after the last page)."""
+    def page(
+        self, offset: str | None, limit: int, fields: Sequence[str], where: Clause | None = None
+    ) -> tuple[list[ScoredPoint], str | None]:
+        """Every point (matching `where`, if given) in id order, `limit` at a time from `offset` (None: the start),
+        with only `fields` of the payload (none if empty); returns the page and the next offset (None after the
+        last page)."""
 
     def dump(self, offset: str | None, limit: int) -> tuple[list[StorePoint], str | None]:
         """Like `page`, with each point's whole payload and its vectors (dense normalised, as the engine keeps

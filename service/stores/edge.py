@@ -222,10 +222,15 @@ class EdgeStore:
             )
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records]
 
-    def page(self, offset: str | None, limit: int, fields: Sequence[str]) -> tuple[list[ScoredPoint], str | None]:
+    def page(
+        self, offset: str | None, limit: int, fields: Sequence[str], where: Clause | None = None
+    ) -> tuple[list[ScoredPoint], str | None]:
         payload: Any = qe.PayloadSelector.Include(list(fields)) if fields else False
+        condition = translate(where, _DIALECT) if where else None
         with _engine("read from the index"):
-            records, after = self._open.scroll(qe.ScrollRequest(offset=offset, limit=limit, with_payload=payload))
+            records, after = self._open.scroll(
+                qe.ScrollRequest(offset=offset, limit=limit, filter=condition, with_payload=payload)
+            )
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records], None if after is None else str(after)
 
     def dump(self, offset: str | None, limit: int) -> tuple[list[StorePoint], str | None]:

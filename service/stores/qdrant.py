@@ -252,11 +252,17 @@ class QdrantStore:
         )
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records]
 
-    def page(self, offset: str | None, limit: int, fields: Sequence[str]) -> tuple[list[ScoredPoint], str | None]:
+    def page(
+        self, offset: str | None, limit: int, fields: Sequence[str], where: Clause | None = None
+    ) -> tuple[list[ScoredPoint], str | None]:
         records, after = self._call(
             "read points",
             lambda: self.client.scroll(
-                self.collection, offset=offset, limit=limit, with_payload=list(fields) if fields else False
+                self.collection,
+                scroll_filter=translate(where, _DIALECT) if where else None,
+                offset=offset,
+                limit=limit,
+                with_payload=list(fields) if fields else False,
             ),
         )
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records], None if after is None else str(after)

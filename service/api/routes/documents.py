@@ -1,20 +1,34 @@
-"""POST /documents, GET /documents/{id}, DELETE /documents/{id}.
+"""POST /documents, GET /documents (a filtered listing), GET /documents/{id}, DELETE /documents/{id}.
 
 Document ids are unique across tenants: a document belongs to the tenant that wrote it, a write of the same id
 for another tenant is a 409, and a tenant-bound key sees another tenant's documents as absent (404)."""
 
 from __future__ import annotations
 
+import datetime as dt
+import uuid
 from dataclasses import asdict, replace
+from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
-from service.access import Principal, visible, write_tenant
+from service.access import Principal, confine, visible, write_tenant
 from service.api.auth import AUTH_RESPONSES, DocumentReader, Ingester, audit
 from service.api.convert import to_document
 from service.api.deps import IndexDep, RuntimeDep
-from service.api.schemas import ChunkOut, DeleteResponse, DocumentOut, IngestRequest, IngestResponse
-from service.errors import NotFound
+from service.api.schemas import (
+    ChunkOut,
+    DeleteResponse,
+    DocumentOut,
+    DocumentPage,
+    DocumentSummary,
+    IngestRequest,
+    IngestResponse,
+    UtcDatetime,
+)
+from service.domain import DocStatus
+from service.errors import InvalidRequest, NotFound
+from service.filters import FilterSpec, build_filter, parse_datetime
 from service.index import Index, StoredDocument
 
 router = APIRouter(tags=["documents"], responses=AUTH_RESPONSES)
@@ -34,6 +48,45 @@ def ingest(body: IngestRequest, index: IndexDep, runtime: RuntimeDep, caller: In
     detail = {"documents": [d.id for d in docs], "chunks": result.chunks, "unchanged": result.unchanged}
     audit(runtime, caller, "documents.ingest", ", ".join(d.id for d in docs[:20]), detail)
     return IngestResponse(documents=result.documents, chunks=result.chunks, unchanged=result.unchanged)
+
+
+@router.get("/documents", response_model=DocumentPage)
+def list_documents(
+    index: IndexDep,
+    caller: DocumentReader,
+    tenant: str | None = None,
+    tag: Annotated[list[str], Query(description="any of these tags (repeat the parameter)")] = [],  # noqa: B006
+    status: Annotated[list[DocStatus], Query(description="any of these (effective) statuses")] = [],  # noqa: B006
+    updated_since: Annotated[
+        UtcDatetime | None, Query(description="updated_at at or after (ISO 8601; a date is midnight UTC)")
+    ] = None,
+    cursor: Annotated[str | None, Query(max_length=64, description="the previous page's next_cursor")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> DocumentPage:
+    """Committed documents without their text, filtered, a page at a time in the engine's order (stable while
+    nothing is written). A tenant-bound key lists its own tenant's only; naming another is a 403."""
+    spec = confine(caller, FilterSpec(tenant=tenant, tags=tuple(tag), status=tuple(status)), "tenant")
+    now = dt.datetime.now(dt.UTC)
+    where = build_filter(replace(spec, updated_after=updated_since), fresh_only=False, now=now)
+    entries, after = index.listing(where, _cursor(cursor), limit)
+    return DocumentPage(
+        documents=[
+            DocumentSummary(**{**asdict(e), "current": parse_datetime(e.fresh_until, "fresh_until") > now})
+            for e in entries
+        ],
+        total=index.count_records(where),
+        next_cursor=after,
+    )
+
+
+def _cursor(value: str | None) -> str | None:
+    """A cursor is a point id the last page returned: a UUID; anything else is a 422, not an engine error."""
+    if value is None:
+        return None
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise InvalidRequest("cursor: not a cursor this listing returned; start again without one") from None
 
 
 @router.get("/documents/{doc_id:path}", response_model=DocumentOut)

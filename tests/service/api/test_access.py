@@ -18,6 +18,7 @@ NO_KEY = "00000000000000000000000000000000"
 # that may (admin may do everything)
 TABLE: list[tuple[str, str, dict[str, Any], tuple[str, ...]]] = [
     ("POST", "/documents", {"json": docs(("t/a", "", "alpha text"))}, ("ingest",)),
+    ("GET", "/documents", {}, ("search", "ingest")),
     ("GET", "/documents/{doc_id}", {"url": "/documents/t/none"}, ("search", "ingest")),
     ("DELETE", "/documents/{doc_id}", {"url": "/documents/t/none"}, ("ingest",)),
     ("POST", "/search", {"json": {"query": "alpha"}}, ("search",)),

@@ -124,6 +124,22 @@ def test_another_tenants_document_reads_as_missing(client: TestClient, evil: dic
     assert client.get("/documents/billing/refunds", headers=auth(make_key(client, "search"))).status_code == 200
 
 
+def test_a_bound_key_lists_its_tenants_documents_only(
+    client: TestClient, evil: dict[str, str], larkspur: dict[str, str]
+) -> None:
+    mine = docs(("evil/notes", "evil", "# Notes\n\nNothing to see."))
+    assert client.post("/documents", headers=evil, json=mine).status_code == 200
+    assert [d["id"] for d in client.get("/documents", headers=evil).json()["documents"]] == ["evil/notes"]
+    assert client.get("/documents", headers=evil).json()["total"] == 1
+    listed = client.get("/documents", headers=larkspur).json()
+    assert sorted(d["id"] for d in listed["documents"]) == ["billing/refunds", "security/password-policy"]
+    naming = client.get("/documents", headers=evil, params={"tenant": "larkspur"})
+    assert naming.status_code == 403
+    assert "bound to tenant" in naming.json()["detail"]
+    everyone = client.get("/documents", headers=auth(make_key(client, "search"))).json()["documents"]
+    assert {d["tenant"] for d in everyone} == {"evil", "larkspur"}
+
+
 SET = (
     "\n".join(
         [

@@ -281,6 +281,16 @@ def test_page_walks_every_point_once_in_id_order(store: VectorStore) -> None:
     assert [p.payload for p in ids_only] == [{}, {}, {}]
 
 
+def test_page_with_a_filter_walks_only_the_matching_points(store: VectorStore) -> None:
+    globex = Clause(must=(Match("tenant", "globex"),))
+    first, offset = store.page(None, 3, ("tenant",), globex)
+    assert offset is not None
+    rest, last = store.page(offset, 3, ("tenant",), globex)
+    assert last is None
+    assert [p.id for p in first + rest] == sorted(p.id for p in _points() if p.payload.get("tenant") == "globex")
+    assert {p.payload["tenant"] for p in first + rest} == {"globex"}
+
+
 def test_purge_deletes_by_id_and_health_is_clear(store: VectorStore) -> None:
     store.purge([_id(0), _id(99), "00000000-0000-0000-0000-000000000777"])
     store.purge([])
