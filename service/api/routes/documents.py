@@ -55,19 +55,20 @@ def list_documents(
     index: IndexDep,
     caller: DocumentReader,
     tenant: str | None = None,
-    tag: Annotated[list[str], Query(description="any of these tags (repeat the parameter)")] = [],  # noqa: B006
+    tags: Annotated[list[str], Query(description="any of these tags (repeat the parameter)")] = [],  # noqa: B006
     status: Annotated[list[DocStatus], Query(description="any of these (effective) statuses")] = [],  # noqa: B006
-    updated_since: Annotated[
+    updated_after: Annotated[
         UtcDatetime | None, Query(description="updated_at at or after (ISO 8601; a date is midnight UTC)")
     ] = None,
+    updated_before: Annotated[UtcDatetime | None, Query(description="updated_at before")] = None,
     cursor: Annotated[str | None, Query(max_length=64, description="the previous page's next_cursor")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> DocumentPage:
     """Committed documents without their text, filtered, a page at a time in the engine's order (stable while
     nothing is written). A tenant-bound key lists its own tenant's only; naming another is a 403."""
-    spec = confine(caller, FilterSpec(tenant=tenant, tags=tuple(tag), status=tuple(status)), "tenant")
+    spec = FilterSpec(tenant, tuple(tags), (), tuple(status), updated_after, updated_before)
     now = dt.datetime.now(dt.UTC)
-    where = build_filter(replace(spec, updated_after=updated_since), fresh_only=False, now=now)
+    where = build_filter(confine(caller, spec, "tenant"), fresh_only=False, now=now)
     entries, after = index.listing(where, _cursor(cursor), limit)
     return DocumentPage(
         documents=[

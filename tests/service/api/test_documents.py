@@ -202,11 +202,12 @@ def test_list_documents_pages_and_filters(client: TestClient) -> None:
     assert client.post("/documents", json={"documents": [*many, newer]}).status_code == 200
     everything = _listed(client)
     assert sorted(everything) == sorted([*(d["id"] for d in many), "doc/new"])  # each once, across pages
-    assert sorted(_listed(client, tag="odd")) == ["doc/1", "doc/3", "doc/5", "doc/7"]
+    assert sorted(_listed(client, tags="odd")) == ["doc/1", "doc/3", "doc/5", "doc/7"]
     assert _listed(client, tenant="globex") == ["doc/1"]
     assert _listed(client, status="superseded") == ["doc/2"]
-    assert sorted(_listed(client, updated_since="2026-07-01")) == ["doc/6", "doc/7", "doc/new"]  # 2026-09-01
-    assert sorted(_listed(client, tag=["odd", "even"], tenant="acme")) == sorted(set(everything) - {"doc/1"})
+    assert _listed(client, updated_after="2026-02-01", updated_before="2026-03-01") == ["doc/1"]
+    assert sorted(_listed(client, updated_after="2026-07-01")) == ["doc/6", "doc/7", "doc/new"]  # 2026-09-01
+    assert sorted(_listed(client, tags=["odd", "even"], tenant="acme")) == sorted(set(everything) - {"doc/1"})
     first = client.get("/documents", params={"status": "superseded"}).json()
     assert first["total"] == 1
     [old] = first["documents"]
@@ -218,7 +219,7 @@ def test_list_documents_pages_and_filters(client: TestClient) -> None:
     )
     assert old["chunks"] == 1
     assert "text" not in old
-    new = client.get("/documents", params={"tag": "even", "limit": 500}).json()["documents"]
+    new = client.get("/documents", params={"tags": "even", "limit": 500}).json()["documents"]
     assert {d["id"]: d["current"] for d in new}["doc/new"] is True
 
 
@@ -239,7 +240,7 @@ def test_list_documents_skips_a_record_no_head_commits(client: TestClient) -> No
         ({"cursor": "not-a-cursor"}, "cursor"),
         ({"status": "gone"}, "status"),
         ({"limit": 0}, "limit"),
-        ({"updated_since": "yesterday"}, "updated_since"),
+        ({"updated_after": "yesterday"}, "updated_after"),
     ],
 )
 def test_list_documents_rejects_bad_parameters(client: TestClient, params: dict[str, object], message: str) -> None:
