@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from service import logs
 from service.api import errors
-from service.api.routes import admin, documents, evaluation, health, incidents, search
+from service.api.routes import admin, documents, evaluation, health, identity, incidents, search
 from service.api.schemas import ERROR_RESPONSES
 from service.evaluation import EvalGaugeCollector
 from service.incidents import IncidentGaugeCollector
@@ -75,7 +75,7 @@ def create_app(
     app.state.runtime = runtime
     app.state.registry = registry
     errors.install(app)
-    for module in (documents, search, evaluation, incidents, admin, health):
+    for module in (documents, search, evaluation, incidents, admin, identity, health):
         app.include_router(module.router)
     if settings.auth == "off":
         log.warning("auth is OFF (PLUMBLINE_AUTH=off): anyone who can reach this port may do anything; local demo only")

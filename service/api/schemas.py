@@ -269,6 +269,14 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+class IdentityOut(BaseModel):
+    name: str
+    key_id: str | None
+    roles: list[str] = Field(description="every role the key holds; admin holds them all")
+    tenant: str | None = Field(description="the tenant the key is bound to: its requests are confined to it")
+    auth: Literal["on", "off"] = Field(description="off: the local demo, where every caller holds every role")
+
+
 class Health(BaseModel):
     status: str
     detail: str | None = None

@@ -56,6 +56,7 @@ TABLE: list[tuple[str, str, dict[str, Any], tuple[str, ...]]] = [
     ("DELETE", "/admin/keys/{key_id}", {"url": "/admin/keys/0000000000000000"}, ("admin",)),
     ("GET", "/admin/audit", {}, ("admin",)),
     ("GET", "/metrics", {}, ("metrics",)),  # with metrics_auth on
+    ("GET", "/auth/me", {}, ROLES),  # any valid key
 ]
 OPEN = {("GET", "/health/live"), ("GET", "/health/ready")}
 
@@ -117,6 +118,26 @@ def test_health_stays_open_and_the_demo_mode_says_so(settings: Settings) -> None
         for response in (c.get("/health/live"), c.post("/search", json={"query": "x"}), c.get("/nope")):
             assert response.headers["x-plumbline-auth"] == "off"
         assert c.post("/search", json={"query": "x"}).status_code == 200
+
+
+def test_auth_me_says_who_the_key_is(client: TestClient, settings: Settings) -> None:
+    bound = client.post(
+        "/admin/keys",
+        headers=auth(make_key(client, "admin")),
+        json={"name": "desk", "roles": ["incidents:report", "search"], "tenant": "acme"},
+    ).json()
+    me = client.get("/auth/me", headers=auth(bound["key"])).json()
+    assert me == {
+        "name": "desk",
+        "key_id": bound["key_id"],
+        "roles": ["search", "incidents:report"],
+        "tenant": "acme",
+        "auth": "on",
+    }
+    assert client.get("/auth/me", headers=auth(make_key(client, "admin"))).json()["roles"] == list(ROLES)
+    with secured_client(settings.model_copy(update={"data_dir": settings.data_dir / "demo"}), auth="off") as c:
+        anonymous = c.get("/auth/me").json()
+        assert (anonymous["auth"], anonymous["roles"], anonymous["key_id"]) == ("off", list(ROLES), None)
 
 
 def test_security_headers_and_cors(settings: Settings) -> None:
