@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from service import logs
 from service.api import errors
-from service.api.routes import admin, documents, evaluation, health, identity, incidents, search
+from service.api.routes import admin, documents, evaluation, health, identity, incidents, search, web
 from service.api.schemas import ERROR_RESPONSES
 from service.evaluation import EvalGaugeCollector
 from service.incidents import IncidentGaugeCollector
@@ -25,12 +25,17 @@ from service.settings import Settings
 
 log = logging.getLogger("plumbline")
 access = logging.getLogger("plumbline.access")
-# On every response: a JSON API that no browser should sniff, frame, cache or send referrers from. /docs (Swagger
-# UI) needs its scripts, so the content policy only forbids framing.
+# On every response: nothing a browser should sniff, frame, cache or send referrers from. The page (/ui/) and /docs
+# load scripts, styles and data from this origin only (Swagger UI sets inline styles, hence 'unsafe-inline' for
+# styles alone; its icons are data: URLs).
+CONTENT_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
 SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Content-Security-Policy": "frame-ancestors 'none'",
+    "Content-Security-Policy": CONTENT_POLICY,
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
     "Cross-Origin-Resource-Policy": "same-origin",
@@ -71,12 +76,15 @@ def create_app(
         summary="Hybrid retrieval that measures itself.",
         lifespan=lifespan,
         responses=ERROR_RESPONSES,
+        docs_url=None,  # served by service.api.routes.web from vendored files
+        redoc_url=None,
     )
     app.state.runtime = runtime
     app.state.registry = registry
     errors.install(app)
     for module in (documents, search, evaluation, incidents, admin, identity, health):
         app.include_router(module.router)
+    web.install(app)
     if settings.auth == "off":
         log.warning("auth is OFF (PLUMBLINE_AUTH=off): anyone who can reach this port may do anything; local demo only")
     if settings.cors_origins:
@@ -112,6 +120,8 @@ def create_app(
                 response = errors.internal_error()
         _observe(request, response.status_code, start)
         response.headers["X-Request-ID"] = rid
+        if request.url.path.startswith("/ui/"):  # the page's files: cached, revalidated by their ETag
+            response.headers.setdefault("Cache-Control", "no-cache")
         for name, value in security_headers.items():
             response.headers.setdefault(name, value)
         logs.request_id.reset(token)

@@ -145,7 +145,7 @@ class DocumentSummary(BaseModel):
     valid_until: AwareDatetime | None
     chunks: int
     format: DocFormat
-    generation: int = Field(description="the committed generation: its ingest time in nanoseconds since the epoch")
+    generation: int = Field(description="the committed generation: its ingest time in microseconds since the epoch")
 
 
 class DocumentPage(BaseModel):

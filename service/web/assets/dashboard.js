@@ -1,0 +1,377 @@
+// The quality dashboard: the latest monitoring run of each set (metrics per category as bars, worst first), history
+// as lines, gate verdicts and the cases that got worse, a drill-down into any case, experiment runs apart from
+// monitoring runs, and two runs side by side.
+
+import { api, get, post } from "./api.js";
+import { badge, barChart, errorBox, field, fmt, h, lineChart, replace, select, table, when } from "./dom.js";
+
+const HISTORY_METRICS = ["hit@5", "recall@10", "mrr", "ndcg@10"];
+
+const runLink = (id, text = id) => h("a", { href: `#/dashboard/run/${encodeURIComponent(id)}` }, text);
+const caseLink = (runId, caseId, text = caseId) =>
+  h("a", { href: `#/dashboard/run/${encodeURIComponent(runId)}/case/${encodeURIComponent(caseId)}` }, text);
+
+function gateView(gate) {
+  if (!gate) return h("p", { class: "gate" }, "Not gated (no baseline).");
+  return h(
+    "div",
+    { class: "gate" },
+    h("p", {}, "Gate: ", badge(gate.verdict), gate.baseline?.name ? ` against baseline ${gate.baseline.name}` : ""),
+    gate.reasons.length ? h("ul", {}, gate.reasons.map((r) => h("li", {}, r))) : null,
+  );
+}
+
+function worseCases(run) {
+  const worse = run.gate?.worse_cases || [];
+  if (!worse.length) return null;
+  return h(
+    "div",
+    { class: "worse" },
+    h("h4", {}, `Cases that got worse (${worse.length})`),
+    table(
+      ["Case", "Metric", "Baseline", "Now"],
+      worse.map((w) => [caseLink(run.run_id, w.case_id), w.metric, fmt(w.baseline), fmt(w.current)]),
+    ),
+  );
+}
+
+function categoryBars(run, metric) {
+  const rows = run.by_category
+    .map((g) => ({ label: `${g.name} (${g.cases})`, value: g.metrics[metric] }))
+    .sort((a, b) => (a.value ?? -1) - (b.value ?? -1));
+  return barChart(`${metric} per category, worst first`, rows);
+}
+
+function diagnosis(run) {
+  const problems = run.diagnosis.filter((d) => d.problem !== "none");
+  if (!problems.length) return h("p", { class: "diagnosis" }, "Diagnosis: nothing stands out.");
+  return h("ul", { class: "diagnosis" }, problems.map((d) => h("li", {}, h("strong", {}, `${d.scope}: ${d.problem}. `), d.advice)));
+}
+
+function metricRow(metrics) {
+  // {"hit@5": .., "mrr": ..} as a table: one row per measure, one column per cut-off
+  const cuts = [...new Set(Object.keys(metrics).filter((k) => k.includes("@")).map((k) => Number(k.split("@")[1])))].sort((a, b) => a - b);
+  const names = [...new Set(Object.keys(metrics).filter((k) => k.includes("@")).map((k) => k.split("@")[0]))];
+  const rows = [
+    ...names.map((name) => [h("th", { scope: "row" }, name), ...cuts.map((k) => fmt(metrics[`${name}@${k}`]))]),
+    // a metric over the whole ranking (mrr): one value, under the deepest cut-off's column
+    ...Object.keys(metrics)
+      .filter((k) => !k.includes("@"))
+      .map((k) => [h("th", { scope: "row" }, `${k} (whole ranking)`), ...cuts.map((c, i) => (i === cuts.length - 1 ? fmt(metrics[k]) : ""))]),
+  ];
+  return h(
+    "div",
+    { class: "table-wrap" },
+    h(
+      "table",
+      { class: "metric-table" },
+      h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Metric"), cuts.map((k) => h("th", { scope: "col" }, `@${k}`)))),
+      h("tbody", {}, rows.map((r) => h("tr", {}, r.map((cell, i) => (i === 0 ? cell : h("td", {}, cell)))))),
+    ),
+  );
+}
+
+function metricPicker(run, onPick) {
+  const names = Object.keys(run.metrics);
+  const picker = select("metric", names.map((m) => [m, m]), run.primary_metric);
+  picker.id = `metric-${run.run_id}`;
+  picker.addEventListener("change", () => onPick(picker.value));
+  return h("div", { class: "field inline-field" }, h("label", { for: picker.id }, "Metric"), picker);
+}
+
+function barsWithPicker(run) {
+  const holder = h("div", {}, categoryBars(run, run.primary_metric));
+  return [metricPicker(run, (m) => replace(holder, categoryBars(run, m))), holder];
+}
+
+function setCard(run, history) {
+  const monitored = run.kind === "monitoring";
+  const points = history.slice().reverse();
+  return h(
+    "article",
+    { class: "panel set-card", "aria-labelledby": `set-${run.set}` },
+    h("h3", { id: `set-${run.set}` }, `Set ${run.set} `, badge(run.kind)),
+    h("p", {}, monitored ? "Latest monitoring run: " : "No monitoring run yet; latest run: ", runLink(run.run_id), ` · ${when(run.created_at)} · ${run.cases_total} cases`),
+    gateView(run.gate),
+    h(
+      "div",
+      { class: "split" },
+      h("div", {}, metricRow(run.metrics), diagnosis(run), worseCases(run)),
+      h(
+        "div",
+        {},
+        barsWithPicker(run),
+        points.length > 1
+          ? lineChart(
+              `History of set ${run.set} (${monitored ? "monitoring" : run.kind} runs)`,
+              HISTORY_METRICS.filter((m) => m in points[0].metrics).map((m) => ({
+                name: m,
+                points: points.map((p) => ({ x: new Date(p.created_at), y: p.metrics[m] })),
+              })),
+            )
+          : h("p", { class: "hint" }, "History appears after a second run."),
+      ),
+    ),
+  );
+}
+
+function runForm(sets, onDone) {
+  const kind = select("kind", [["monitoring", "monitoring (the served configuration)"], ["manual", "manual (the served configuration)"], ["experiment", "experiment (with overrides)"]], "manual");
+  const overrides = h(
+    "div",
+    { class: "grid overrides", hidden: true },
+    field("Mode", select("mode", [["", "default"], ["hybrid", "hybrid"], ["dense", "dense"], ["keyword", "keyword"]], "")),
+    field("Fusion", select("fusion", [["", "default"], ["rrf", "RRF"], ["weighted", "weighted"]], "")),
+    field("Alpha", h("input", { name: "alpha", type: "number", min: 0, max: 1, step: 0.05 })),
+    field("Rerank", select("rerank", [["", "default"], ["on", "on"], ["off", "off"]], "")),
+  );
+  kind.addEventListener("change", () => (overrides.hidden = kind.value !== "experiment"));
+  const status = h("p", { role: "status", id: "run-status" });
+  const f = h(
+    "form",
+    { id: "run-form", class: "grid" },
+    field("Set", select("set", sets.map((s) => [s.name, `${s.name} (${s.cases} cases)`]), sets[0]?.name)),
+    field("Kind", kind),
+    overrides,
+    h("div", { class: "field" }, h("button", { type: "submit", class: "primary" }, "Run evaluation")),
+  );
+  f.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const data = Object.fromEntries(new FormData(f));
+    const body = { set: data.set, async: true, include_cases: false };
+    if (data.kind === "monitoring") body.monitoring = true;
+    if (data.kind === "experiment") {
+      const o = {};
+      if (data.mode) o.mode = data.mode;
+      if (data.fusion) o.fusion = data.fusion;
+      if (data.alpha) o.alpha = Number(data.alpha);
+      if (data.rerank) o.rerank = data.rerank === "on";
+      if (!Object.keys(o).length) {
+        replace(status, "An experiment needs at least one override.");
+        return;
+      }
+      body.overrides = o;
+    }
+    try {
+      const job = await post("/eval/run", body);
+      for (;;) {
+        const now = await get(`/eval/runs/${job.run_id}`, { include_cases: false });
+        if (now.status === "done") break;
+        if (now.status !== "running") throw new Error(`the run ${now.status}: ${now.error || "no report"}`);
+        replace(status, `Running ${job.run_id}: ${now.progress.done} of ${now.progress.total} cases…`);
+        await new Promise((r) => setTimeout(r, 500));
+      }
+      replace(status, "Done: ", runLink(job.run_id));
+      onDone(job.run_id);
+    } catch (err) {
+      replace(status, errorBox(err));
+    }
+  });
+  return h("details", { class: "panel run-panel" }, h("summary", {}, "Run an evaluation"), f, status);
+}
+
+function experiments(runs) {
+  if (!runs.length) return h("section", { class: "panel" }, h("h3", {}, "Experiments and manual runs"), h("p", {}, "None yet."));
+  const pick = (r) => h("input", { type: "checkbox", name: "compare", value: r.run_id, "aria-label": `Compare run ${r.run_id}` });
+  const rows = runs.map((r) => [
+    pick(r),
+    runLink(r.run_id),
+    r.kind,
+    r.set,
+    when(r.created_at),
+    Object.keys(r.overrides).length ? JSON.stringify(r.overrides) : "–",
+    fmt(r.metrics["hit@5"]),
+    fmt(r.metrics.mrr),
+    r.gate ? badge(r.gate) : "–",
+  ]);
+  const message = h("span", { class: "error", role: "alert" });
+  const f = h(
+    "form",
+    { id: "compare-form" },
+    table(["", "Run", "Kind", "Set", "When", "Overrides", "hit@5", "MRR", "Gate"], rows, { caption: "Experiment and manual runs, newest first" }),
+    h("button", { type: "submit" }, "Compare the two selected runs"),
+    message,
+  );
+  f.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const chosen = [...f.querySelectorAll("input[name=compare]:checked")].map((i) => i.value);
+    if (chosen.length !== 2) {
+      replace(message, `Select exactly two runs (${chosen.length} selected).`);
+      return;
+    }
+    location.hash = `#/dashboard/compare/${encodeURIComponent(chosen[1])}/${encodeURIComponent(chosen[0])}`;
+  });
+  return h("section", { class: "panel", "aria-labelledby": "exp-title" }, h("h3", { id: "exp-title" }, "Experiments and manual runs"), f);
+}
+
+async function overview(root, ctx) {
+  const [sets, monitoring, all] = await Promise.all([
+    get("/eval/sets"),
+    get("/eval/runs", { kind: "monitoring", limit: 500 }),
+    get("/eval/runs", { limit: 200 }),
+  ]);
+  const others = all.filter((r) => r.kind !== "monitoring");
+  const cards = h("div", { class: "cards" });
+  root.append(runForm(sets, () => render(replace(root), ctx, { rest: [], params: new URLSearchParams() })), cards);
+  const latest = new Map();
+  for (const r of [...monitoring, ...others]) if (!latest.has(r.set)) latest.set(r.set, r);
+  if (!latest.size) cards.append(h("p", {}, "No evaluation runs yet: run one above, or schedule monitoring (PLUMBLINE_EVAL_SCHEDULE)."));
+  for (const [set, summary] of latest) {
+    const run = await get(`/eval/runs/${summary.run_id}`, { include_cases: false });
+    const history = (summary.kind === "monitoring" ? monitoring : others).filter((r) => r.set === set);
+    cards.append(setCard(run, history));
+  }
+  root.append(experiments(others));
+}
+
+// --- one run, one case --------------------------------------------------------------------------------------------
+
+async function expected(setName) {
+  try {
+    const text = await api("GET", `/eval/sets/${encodeURIComponent(setName)}`, { params: { incidents: true }, text: true });
+    return new Map(text.split("\n").filter(Boolean).map((line) => JSON.parse(line)).map((c) => [c.id, c]));
+  } catch {
+    return new Map();
+  }
+}
+
+function casesTable(run, metric) {
+  const cases = run.cases.slice().sort((a, b) => (a.metrics[metric] ?? 0) - (b.metrics[metric] ?? 0) || a.id.localeCompare(b.id));
+  return table(
+    ["Case", "Question", "Category", metric, "First relevant rank"],
+    cases.map((c) => [caseLink(run.run_id, c.id), c.question, c.category, fmt(c.metrics[metric]), c.first_relevant_rank ? `#${c.first_relevant_rank}` : "missed"]),
+    { caption: `Every case, worst ${metric} first` },
+  );
+}
+
+async function runView(root, runId) {
+  const run = await get(`/eval/runs/${encodeURIComponent(runId)}`);
+  if (run.status !== "done") {
+    root.append(h("p", {}, `Run ${runId} is ${run.status}: ${run.progress.done} of ${run.progress.total} cases.`));
+    return;
+  }
+  const metric = run.primary_metric;
+  root.append(
+    h("p", {}, h("a", { href: "#/dashboard" }, "← Dashboard")),
+    h(
+      "article",
+      { class: "panel" },
+      h("h3", {}, `Run ${run.run_id} `, badge(run.kind)),
+      h("p", {}, `Set ${run.set} · ${when(run.created_at)} · unit ${run.unit} · ${run.cases_total} cases`),
+      gateView(run.gate),
+      run.gate?.checks?.length
+        ? table(
+            ["Metric", "Scope", "Baseline", "Now", "Δ", "Failed"],
+            run.gate.checks.map((c) => [c.metric, c.scope, fmt(c.baseline), fmt(c.current), fmt(c.delta), c.failed ? "yes" : "no"]),
+            { caption: "Gate checks" },
+          )
+        : null,
+      metricRow(run.metrics),
+      barsWithPicker(run),
+      diagnosis(run),
+      worseCases(run),
+      h("details", {}, h("summary", {}, "Parameters"), h("pre", {}, JSON.stringify(run.params, null, 2))),
+      casesTable(run, metric),
+    ),
+  );
+}
+
+function labelText(label) {
+  const what = label.chunk_id ? `chunk ${label.chunk_id}` : label.doc_id;
+  return `${what}${label.evidence ? ` — evidence “${label.evidence}”` : ""}${label.grade && label.grade !== 1 ? ` (grade ${label.grade})` : ""}`;
+}
+
+async function caseView(root, runId, caseId) {
+  const run = await get(`/eval/runs/${encodeURIComponent(runId)}`);
+  const c = (run.cases || []).find((x) => x.id === caseId);
+  if (!c) throw new Error(`run ${runId} has no case ${caseId}`);
+  const spec = (await expected(run.set)).get(caseId);
+  const relevantDocs = new Set([...(spec?.relevant || []), ...c.missed].map((l) => l.doc_id).filter(Boolean));
+  const missed = new Set(c.missed.map(labelText));
+  const searchLink = new URLSearchParams({ q: c.question, ...(spec?.filters?.tenant ? { tenant: spec.filters.tenant } : {}) });
+  root.append(
+    h("p", {}, h("a", { href: `#/dashboard/run/${encodeURIComponent(runId)}` }, `← Run ${runId}`)),
+    h(
+      "article",
+      { class: "panel case", "aria-labelledby": "case-title" },
+      h("h3", { id: "case-title" }, `Case ${c.id}`),
+      h("p", { class: "question" }, c.question),
+      h("p", {}, `Category ${c.category} · source ${c.source} · `, c.first_relevant_rank ? `first relevant result at rank #${c.first_relevant_rank}` : "no relevant result within the cut"),
+      metricRow(c.metrics),
+      h("h4", {}, "Expected"),
+      spec
+        ? h("ul", { class: "expected" }, spec.relevant.map((l) => h("li", {}, labelText(l), " ", missed.has(labelText(l)) ? badge("missed", "fail") : badge("found", "pass"))))
+        : h("ul", { class: "expected" }, c.missed.map((l) => h("li", {}, labelText(l), " ", badge("missed", "fail")))),
+      spec?.filters && Object.keys(spec.filters).length ? h("p", { class: "hint" }, `Case filters: ${JSON.stringify(spec.filters)}`) : null,
+      h("h4", {}, "What came instead (the first results)"),
+      table(
+        ["Rank", "Document", "Chunk", "Score", ""],
+        c.top.map((t, i) => [`#${i + 1}`, t.doc_id, t.chunk_id, fmt(t.score, 4), relevantDocs.has(t.doc_id) ? badge("expected document", "pass") : ""]),
+      ),
+      h("p", {}, h("a", { href: `#/search?${searchLink}` }, "Replay this question in the search playground")),
+    ),
+  );
+}
+
+// --- two runs side by side ----------------------------------------------------------------------------------------
+
+function delta(a, b) {
+  if (a === undefined || b === undefined) return "–";
+  const d = b - a;
+  return h("span", { class: d > 0.0005 ? "up" : d < -0.0005 ? "down" : "same" }, `${d > 0 ? "+" : ""}${fmt(d)}`);
+}
+
+async function compareView(root, idA, idB) {
+  const [a, b] = await Promise.all([get(`/eval/runs/${encodeURIComponent(idA)}`), get(`/eval/runs/${encodeURIComponent(idB)}`)]);
+  const metrics = Object.keys(a.metrics).filter((m) => m in b.metrics);
+  const categories = [...new Set([...a.by_category, ...b.by_category].map((g) => g.name))].sort();
+  const catOf = (run, name) => run.by_category.find((g) => g.name === name)?.metrics || {};
+  const primary = a.primary_metric;
+  const casesA = new Map((a.cases || []).map((c) => [c.id, c]));
+  const changed = (b.cases || [])
+    .filter((c) => casesA.has(c.id) && casesA.get(c.id).metrics[primary] !== c.metrics[primary])
+    .map((c) => ({ id: c.id, question: c.question, a: casesA.get(c.id).metrics[primary], b: c.metrics[primary] }))
+    .sort((x, y) => x.b - x.a - (y.b - y.a));
+  root.append(
+    h("p", {}, h("a", { href: "#/dashboard" }, "← Dashboard")),
+    h(
+      "article",
+      { class: "panel compare" },
+      h("h3", {}, "Two runs side by side"),
+      a.set !== b.set ? h("p", { class: "warning" }, `These runs replayed different sets (${a.set}, ${b.set}): compare with care.`) : null,
+      table(
+        ["", "A", "B"],
+        [
+          ["Run", runLink(a.run_id), runLink(b.run_id)],
+          ["Kind", a.kind, b.kind],
+          ["When", when(a.created_at), when(b.created_at)],
+          ["Overrides", JSON.stringify(a.params.overrides || {}), JSON.stringify(b.params.overrides || {})],
+        ],
+      ),
+      table(["Metric", "A", "B", "B − A"], metrics.map((m) => [m, fmt(a.metrics[m]), fmt(b.metrics[m]), delta(a.metrics[m], b.metrics[m])]), { caption: "Overall" }),
+      table(
+        ["Category", `A ${primary}`, `B ${primary}`, "B − A"],
+        categories.map((name) => [name, fmt(catOf(a, name)[primary]), fmt(catOf(b, name)[primary]), delta(catOf(a, name)[primary], catOf(b, name)[primary])]),
+        { caption: `${primary} per category` },
+      ),
+      changed.length
+        ? table(
+            ["Case", "Question", `A ${primary}`, `B ${primary}`, "B − A"],
+            changed.map((c) => [caseLink(b.run_id, c.id), c.question, fmt(c.a), fmt(c.b), delta(c.a, c.b)]),
+            { caption: `Cases whose ${primary} changed, worst change first` },
+          )
+        : h("p", {}, `No case's ${primary} changed.`),
+    ),
+  );
+}
+
+export async function render(root, ctx, { rest }) {
+  try {
+    if (rest[0] === "run" && rest[2] === "case") await caseView(root, rest[1], rest[3]);
+    else if (rest[0] === "run") await runView(root, rest[1]);
+    else if (rest[0] === "compare") await compareView(root, rest[1], rest[2]);
+    else await overview(root, ctx);
+  } catch (err) {
+    root.append(errorBox(err));
+  }
+}
