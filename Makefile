@@ -10,7 +10,7 @@ DATA   ?= data
 export HF_HUB_OFFLINE = 1
 export TRANSFORMERS_OFFLINE = 1
 
-.PHONY: setup run test lint deploy-check bench-quality bench-speed eval-gate demo-embeddings clean
+.PHONY: setup run test lint deploy-check bench-quality bench-speed eval-gate demo-embeddings screenshots clean
 
 $(BIN)/plumbline: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,11 @@ eval-gate: setup
 # Rebuild demo/handbook.embeddings.npz after the handbook, the chunker or the model changes (a test says when).
 demo-embeddings: setup
 	$(BIN)/python demo/seed_embeddings.py
+
+# The README's screenshots of the web page, taken by its end-to-end tests (tests/web) in headless Chromium
+# (Debian: apt-get install chromium chromium-driver).
+screenshots: setup
+	PLUMBLINE_SCREENSHOTS=docs/screenshots $(BIN)/pytest -q -p no:cacheprovider tests/web
 
 bench-quality: setup
 	$(BIN)/python benchmarks/quality.py

@@ -115,8 +115,11 @@ function setCard(run, history) {
   );
 }
 
-function runForm(sets, onDone) {
-  const kind = select("kind", [["monitoring", "monitoring (the served configuration)"], ["manual", "manual (the served configuration)"], ["experiment", "experiment (with overrides)"]], "manual");
+function runForm(ctx, sets, onDone) {
+  const kinds = [["manual", "manual (the served configuration)"], ["experiment", "experiment (with overrides)"]];
+  // a monitoring run feeds the gauges and alerts: eval:admin only
+  if (ctx.can("eval:admin")) kinds.unshift(["monitoring", "monitoring (the served configuration)"]);
+  const kind = select("kind", kinds, "manual");
   const overrides = h(
     "div",
     { class: "grid overrides", hidden: true },
@@ -212,7 +215,7 @@ async function overview(root, ctx) {
   ]);
   const others = all.filter((r) => r.kind !== "monitoring");
   const cards = h("div", { class: "cards" });
-  root.append(runForm(sets, () => render(replace(root), ctx, { rest: [], params: new URLSearchParams() })), cards);
+  root.append(runForm(ctx, sets, () => render(replace(root), ctx, { rest: [], params: new URLSearchParams() })), cards);
   const latest = new Map();
   for (const r of [...monitoring, ...others]) if (!latest.has(r.set)) latest.set(r.set, r);
   if (!latest.size) cards.append(h("p", {}, "No evaluation runs yet: run one above, or schedule monitoring (PLUMBLINE_EVAL_SCHEDULE)."));

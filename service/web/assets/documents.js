@@ -71,29 +71,26 @@ async function listing(root, params) {
   await load();
 }
 
+async function follow(start, next) {
+  // the documents from `start` on, each naming the next through `next`, until none (at most 10)
+  const found = [];
+  for (let id = start; id && found.length < 10; ) {
+    try {
+      const doc = await get(`/documents/${encodeURIComponent(id)}`);
+      found.push({ id, title: doc.title, status: doc.superseded_by ? "superseded" : doc.status });
+      id = next(doc);
+    } catch {
+      found.push({ id, title: "(not in the index)", status: "missing" });
+      break;
+    }
+  }
+  return found;
+}
+
 async function chain(doc) {
   // what this document replaced, back to the first, and what replaced it, forward to the newest
-  const back = [];
-  for (let id = doc.supersedes, n = 0; id && n < 10; n++) {
-    try {
-      const older = await get(`/documents/${encodeURIComponent(id)}`);
-      back.unshift({ id, title: older.title, status: older.superseded_by ? "superseded" : older.status });
-      id = older.supersedes;
-    } catch {
-      back.unshift({ id, title: "(not in the index)", status: "missing" });
-      break;
-    }
-  }
-  const forward = [];
-  for (let id = doc.superseded_by, n = 0; id && n < 10; n++) {
-    try {
-      const newer = await get(`/documents/${encodeURIComponent(id)}`);
-      forward.push({ id, title: newer.title, status: newer.superseded_by ? "superseded" : newer.status });
-      id = newer.superseded_by;
-    } catch {
-      break;
-    }
-  }
+  const back = (await follow(doc.supersedes, (d) => d.supersedes)).reverse();
+  const forward = await follow(doc.superseded_by, (d) => d.superseded_by);
   return [...back, { id: doc.id, title: doc.title, status: doc.superseded_by ? "superseded" : doc.status, self: true }, ...forward];
 }
 

@@ -117,12 +117,15 @@ export function triageView(incident) {
     h("p", {}, t.rank ? `Final rank #${t.rank} (the assistant used the first ${t.k}).` : `Not in the first ${t.k} results.`),
     table(
       ["Stage", "Rank of the source"],
-      Object.entries(t.stages).map(([stage, rank]) => [STAGE_NAMES[stage] || stage, rank ? `#${rank}` : "not retrieved"]),
+      Object.entries(t.stages).map(([stage, rank]) => [
+        STAGE_NAMES[stage] || stage,
+        rank ? `#${rank}` : stage === "rerank" ? "not reranked (no reranker, or below its depth)" : "not retrieved",
+      ]),
       { caption: "Where each stage put the source" },
     ),
     t.filtered_by.length ? h("p", {}, `Excluded by: ${t.filtered_by.join(", ")}`) : null,
     t.top.length
-      ? h("div", {}, h("p", {}, "What came instead:"), h("ol", { class: "top" }, t.top.map((x) => h("li", {}, `${x.title || x.doc_id} `, h("code", {}, x.doc_id)))))
+      ? h("div", {}, h("p", {}, "What came instead:"), h("ol", { class: "instead" }, t.top.map((x) => h("li", {}, `${x.title || x.doc_id} `, h("code", {}, x.doc_id)))))
       : null,
   );
 }
@@ -186,13 +189,14 @@ function reportForm(ctx, handoff, categories) {
 
 function reviewControls(ctx, incident, done) {
   if (!ctx.can("incidents:review")) return null;
-  const reason = h("input", { name: "reason", "aria-label": `Reason to reject incident ${incident.incident_id}`, placeholder: "reason (to reject)" });
+  const reason = h("input", { name: "reason", "aria-label": `Reason for the review of incident ${incident.incident_id}`, placeholder: "reason" });
   const message = h("span", { class: "error", role: "alert" });
   const act = async (status) => {
     const body = { status, reviewer: ctx.me.name };
-    if (status === "rejected") {
+    if (status !== "new") {
+      // the service keeps why each incident was accepted or rejected
       if (!reason.value.trim()) {
-        replace(message, "Say why it is rejected.");
+        replace(message, `Say why it is ${status}.`);
         reason.focus();
         return;
       }
@@ -208,8 +212,8 @@ function reviewControls(ctx, incident, done) {
   const buttons =
     incident.status === "new"
       ? [
-          h("button", { type: "button", class: "accept", onclick: () => act("accepted") }, "Accept"),
           reason,
+          h("button", { type: "button", class: "accept", onclick: () => act("accepted") }, "Accept"),
           h("button", { type: "button", class: "reject", onclick: () => act("rejected") }, "Reject"),
         ]
       : [h("button", { type: "button", onclick: () => act("new") }, "Reopen")];
