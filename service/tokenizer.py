@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -75,6 +76,38 @@ class Tokenizer:
             elif word not in self._stopwords:
                 out.append(self._stemmer.stemWord(word) if self._stemmer else word)
         return out
+
+    def spans(self, text: str, terms: Collection[str]) -> list[tuple[int, int]]:
+        """Where in `text` (start and end character offsets, merged when they touch) the words, CJK characters and
+        CJK character pairs are whose terms are among `terms`: what a keyword match on those terms matched.
+
+        Example:
+            >>> t = Tokenizer(TokenizerConfig())
+            >>> t.spans("Refunds for the annual plans", t.tokens("refund a plan"))
+            [(0, 7), (23, 28)]
+        """
+        wanted = set(terms)
+        found: list[tuple[int, int]] = []
+        for match in _TOKEN_RE.finditer(text):
+            cjk, word = match.groups()
+            if word:
+                if wanted.intersection(self.tokens(word)):
+                    found.append(match.span())
+                continue
+            chars = [unicodedata.normalize("NFKC", c).casefold() for c in cjk]
+            for i, char in enumerate(chars):
+                at = match.start() + i
+                if char in wanted:
+                    found.append((at, at + 1))
+                if self.config.cjk_bigrams and i + 1 < len(chars) and char + chars[i + 1] in wanted:
+                    found.append((at, at + 2))
+        merged: list[tuple[int, int]] = []
+        for start, end in sorted(found):
+            if merged and start <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+            else:
+                merged.append((start, end))
+        return merged
 
 
 @lru_cache(maxsize=1 << 18)

@@ -192,6 +192,7 @@ class SearchRequest(SearchOptions):
     k: int | None = None
     explain: bool = False
     distinct_docs: bool = Field(False, description="at most one hit per document (its best chunk)")
+    highlight: bool = Field(False, description="each hit's `highlights`: where in its text the query's terms match")
 
 
 class StageOut(BaseModel):
@@ -217,9 +218,14 @@ class HitOut(BaseModel):
     updated_at: AwareDatetime | None
     metadata: dict[str, Any]
     stages: dict[str, StageOut] | None = None
+    highlights: list[tuple[int, int]] | None = Field(
+        None,
+        description="with highlight: true, the [start, end) character spans of `text` (merged) whose keyword terms "
+        "(the BM25 analysis: case-folded, stemmed, CJK characters and pairs) the query shares",
+    )
 
     @classmethod
-    def of(cls, hit: Hit, explain: bool, now: dt.datetime) -> HitOut:
+    def of(cls, hit: Hit, explain: bool, now: dt.datetime, highlights: list[tuple[int, int]] | None = None) -> HitOut:
         """`now` (timezone-aware) is the instant `current` is judged at: the request's."""
         c = hit.chunk
         return cls(
@@ -236,6 +242,7 @@ class HitOut(BaseModel):
             updated_at=hit.updated_at,
             metadata=dict(hit.metadata),
             stages={k: StageOut.of(v) for k, v in hit.stages.items()} if explain else None,
+            highlights=highlights,
         )
 
 

@@ -56,3 +56,27 @@ def test_term_ids_are_stable_unsigned_32_bit() -> None:
     assert all(0 <= term_id(t) < 2**32 for t in ["a", "退款", "lrk"])
     # hashed, not a vocabulary: the same id on every replica and after every restart
     assert term_id("refund") == 842260292  # blake2b-32 of "refund", little-endian
+
+
+def _marked(tok: Tokenizer, text: str, query: str) -> list[str]:
+    return [text[start:end] for start, end in tok.spans(text, tok.tokens(query))]
+
+
+def test_spans_mark_what_the_keyword_side_matches(tok: Tokenizer) -> None:
+    text = "Refunds: annual plans are refunded within 30 days. The plan owner asks."
+    assert _marked(tok, text, "how are annual plan refunds handled") == [
+        "Refunds",
+        "annual",
+        "plans",
+        "refunded",
+        "plan",
+    ]
+    assert _marked(tok, text, "the and of") == []  # stopwords match nothing
+    assert _marked(tok, "ＬＣ－４１９ session", "lc 419") == ["ＬＣ", "４１９"]  # offsets into the text as written
+
+
+def test_spans_in_chinese_mark_shared_characters_and_pairs(tok: Tokenizer) -> None:
+    text = "年度方案的退款政策很简单"
+    assert _marked(tok, text, "退款政策") == ["退款政策"]
+    assert _marked(tok, text, "政") == ["政"]
+    assert tok.spans(text, []) == []

@@ -58,6 +58,7 @@ class Page:
         width = self.driver.get_window_size()["width"]
         height = self.driver.execute_script("return document.documentElement.scrollHeight")
         self.driver.set_window_size(width, min(max(height, 700), 2400))
+        self.driver.execute_script("window.scrollTo(0, 0)")
         self.driver.save_screenshot(str(self.screenshots / f"{name}.png"))
         self.driver.set_window_size(width, 900)
 

@@ -20,7 +20,8 @@ router = APIRouter(tags=["search"], responses=AUTH_RESPONSES)
 
 @router.post("/search", response_model=SearchResponse)
 async def search(body: SearchRequest, pipeline: PipelineDep, settings: SettingsDep, caller: Searcher) -> SearchResponse:
-    """Hybrid retrieval; `explain: true` adds each hit's rank and score per stage. Past
+    """Hybrid retrieval; `explain: true` adds each hit's rank and score per stage, `highlight: true` where the
+    query's keyword terms occur in its text. Past
     `search_timeout_seconds` the caller gets a 504 (the search itself cannot be interrupted mid-engine-call).
     A tenant-bound key searches its own tenant only."""
     params = to_params(
@@ -44,8 +45,13 @@ async def search(body: SearchRequest, pipeline: PipelineDep, settings: SettingsD
     if caller.tenant is not None:  # what the search was confined to, whatever the request said
         effective["filters"]["tenant"] = caller.tenant
     effective["rerank_model"] = pipeline.reranker.name if pipeline.reranker else None
+    tokenizer = pipeline.encoder.tokenizer
+    terms = set(tokenizer.tokens(body.query)) if body.highlight else set()
     return SearchResponse(
-        hits=[HitOut.of(h, params.explain, now) for h in result.hits],
+        hits=[
+            HitOut.of(h, params.explain, now, tokenizer.spans(h.chunk.text, terms) if body.highlight else None)
+            for h in result.hits
+        ],
         timings_ms=dict(result.timings_ms),
         params=effective,
         reranked=result.reranked,

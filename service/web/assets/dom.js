@@ -1,4 +1,4 @@
-// Small DOM helpers: elements built from data (text is never parsed as HTML), formatting, query-term highlighting,
+// Small DOM helpers: elements built from data (text is never parsed as HTML), formatting, marking matched text,
 // and the two charts the dashboard draws (SVG bars and lines, each with its numbers in a table beside it).
 
 export function h(tag, attrs = {}, ...children) {
@@ -77,58 +77,12 @@ export function debounce(fn, ms) {
   };
 }
 
-// --- highlighting: the query's words (and, for CJK text, its character pairs) marked in a hit's text -------------
+// --- highlighting: the spans the service found (`highlights` of a /search hit), marked in the hit's text ------------
 
-const STOP = new Set("a an and are as at be by can do does for from how i in is it my of on or the to what when where which who why with you".split(" "));
-const WORD = /[\p{L}\p{N}]+/gu;
-const CJK = /[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Hangul}]/u;
-
-export function queryTerms(query) {
-  const words = new Set();
-  const pairs = new Set();
-  for (const [word] of query.toLowerCase().matchAll(WORD)) {
-    if (CJK.test(word)) {
-      const chars = [...word];
-      if (chars.length === 1) pairs.add(chars[0]);
-      for (let i = 0; i + 1 < chars.length; i++) pairs.add(chars[i] + chars[i + 1]);
-    } else if (word.length > 1 && !STOP.has(word)) {
-      words.add(word);
-    }
-  }
-  return { words: [...words], pairs: [...pairs] };
-}
-
-function matches(token, word) {
-  if (token === word || (word.length >= 3 && token.startsWith(word))) return true;
-  // a light stemmer's reach: refund ~ refunds ~ refunded, rotate ~ rotation
-  const stem = word.slice(0, Math.max(4, word.length - 3));
-  return word.length >= 5 && token.length >= stem.length && token.startsWith(stem);
-}
-
-export function highlightRanges(text, terms) {
-  const ranges = [];
-  for (const m of text.matchAll(WORD)) {
-    const token = m[0].toLowerCase();
-    if (!CJK.test(token) && terms.words.some((w) => matches(token, w))) ranges.push([m.index, m.index + m[0].length]);
-  }
-  for (const pair of terms.pairs) {
-    for (let at = text.indexOf(pair); at !== -1; at = text.indexOf(pair, at + 1)) ranges.push([at, at + pair.length]);
-  }
-  ranges.sort((a, b) => a[0] - b[0]);
-  const merged = [];
-  for (const r of ranges) {
-    const last = merged[merged.length - 1];
-    if (last && r[0] <= last[1]) last[1] = Math.max(last[1], r[1]);
-    else merged.push([...r]);
-  }
-  return merged;
-}
-
-export function highlighted(text, query) {
-  const terms = queryTerms(query);
+export function highlighted(text, spans) {
   const out = [];
   let at = 0;
-  for (const [start, end] of highlightRanges(text, terms)) {
+  for (const [start, end] of spans || []) {
     out.push(text.slice(at, start), h("mark", {}, text.slice(start, end)));
     at = end;
   }

@@ -1,4 +1,5 @@
-// The search playground: every /search parameter, results with the query's words marked, the explain view (each
+// The search playground: every /search parameter, results with the query's matching words marked (by the service's
+// own keyword analysis), the explain view (each
 // hit's rank in each stage and where rerank moved it), per-stage timings, and "report this as a failure".
 
 import { post } from "./api.js";
@@ -45,7 +46,7 @@ export function requestBody(v) {
       throw new Error('Metadata filter: not JSON. Write e.g. {"owner": "Ana"} or {"priority": {"gte": 2}}.');
     }
   }
-  const body = { query: v.q, explain: true, fresh_only: v.fresh_only !== "0", filters };
+  const body = { query: v.q, explain: true, highlight: true, fresh_only: v.fresh_only !== "0", filters };
   if (v.mode) body.mode = v.mode;
   if (v.fusion) body.fusion = v.fusion;
   if (v.alpha !== "" && v.alpha !== null && v.alpha !== undefined) body.alpha = Number(v.alpha);
@@ -133,7 +134,7 @@ function explain(hit, rank) {
   );
 }
 
-function hitView(hit, rank, query) {
+function hitView(hit, rank) {
   return h(
     "li",
     { class: "hit" },
@@ -149,7 +150,7 @@ function hitView(hit, rank, query) {
         h("span", { class: "score", title: "final score" }, fmt(hit.score, 4)),
       ),
       h("p", { class: "path" }, hit.heading_path ? `${hit.title} › ${hit.heading_path}` : hit.title, " · ", h("a", { href: `#/documents/${encodeURIComponent(hit.doc_id)}` }, hit.doc_id)),
-      h("p", { class: "text" }, highlighted(hit.text, query)),
+      h("p", { class: "text" }, highlighted(hit.text, hit.highlights)),
       hit.tags.length ? h("p", { class: "tags" }, hit.tags.map((t) => badge(t, "tag"))) : null,
       explain(hit, rank),
     ),
@@ -201,7 +202,7 @@ function results(result, values, body, ctx) {
     result.warnings.map((w) => h("p", { class: "warning" }, w)),
     timings(result),
     h("details", { class: "params-used" }, h("summary", {}, "Parameters used"), h("pre", {}, JSON.stringify(result.params, null, 2))),
-    h("ol", { class: "hits" }, result.hits.map((hit, i) => hitView(hit, i + 1, values.q))),
+    h("ol", { class: "hits" }, result.hits.map((hit, i) => hitView(hit, i + 1))),
   );
 }
 

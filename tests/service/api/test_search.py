@@ -175,3 +175,11 @@ def test_a_draft_supersedes_nothing_yet(client: TestClient) -> None:
     client.post("/documents", json={"documents": [draft, old]})
     hits = client.post("/search", json={"query": "rule"}).json()["hits"]
     assert [h["doc_id"] for h in hits] == ["a"]
+
+
+def test_highlights_are_the_keyword_matches_in_each_hits_text(loaded: TestClient) -> None:
+    body = loaded.post("/search", json={"query": "passwords lengths", "k": 2, "highlight": True}).json()
+    hit = body["hits"][0]
+    assert [hit["text"][a:b] for a, b in hit["highlights"]] == ["password", "length"]
+    plain = loaded.post("/search", json={"query": "passwords lengths", "k": 2}).json()
+    assert plain["hits"][0]["highlights"] is None  # only when asked
