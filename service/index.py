@@ -388,7 +388,9 @@ class Index:
     def count_records(self, where: Clause) -> int:
         """Document records matching `where` (`listing`'s filter): the committed documents, plus any record a write
         in flight or a crash left, until it is removed."""
-        return self.store.count(Clause(must=(Match("kind", "document"), *where.must), should=where.should))
+        return self.store.count(
+            Clause(must=(Match("kind", "document"), *where.must), should=where.should, must_not=where.must_not)
+        )
 
     def documents(self) -> int:
         """Documents committed (one head each), as counted after the last write."""
@@ -442,6 +444,9 @@ class Index:
                 raise InvalidRequest(
                     f"{where}: id must be 1-512 characters, not all spaces, without control characters or '#'"
                 )
+            if {".", ".."} & set(doc.id.split("/")):
+                # /documents/a/../b is /documents/b to every HTTP client: such a document could not be read back
+                raise InvalidRequest(f"{where}: id {doc.id!r} has a '.' or '..' segment, which URLs resolve away")
             if doc.id in seen:
                 raise InvalidRequest(f"{where}: id {doc.id!r} appears twice in the batch")
             seen.add(doc.id)

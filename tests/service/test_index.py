@@ -222,6 +222,8 @@ def test_a_roll_back_that_fails_half_way_leaves_every_document_whole(store: Edge
         ([replace(OTHER, text="   ")], InvalidRequest, "text is empty"),
         ([replace(OTHER, id="")], InvalidRequest, "id must be"),
         ([replace(OTHER, id="a#1")], InvalidRequest, "id must be"),
+        ([replace(OTHER, id="a/../b")], InvalidRequest, "'..' segment"),
+        ([replace(OTHER, id=".")], InvalidRequest, "'..' segment"),
         ([OTHER, OTHER], InvalidRequest, "appears twice"),
         ([replace(OTHER, text="x" * 501)], PayloadTooLarge, "characters"),
         ([replace(OTHER, id=f"d{i}") for i in range(4)], PayloadTooLarge, "split it"),

@@ -28,8 +28,15 @@ const ctx = {
 
 function parseHash() {
   const [path, query = ""] = location.hash.replace(/^#\/?/, "").split("?");
-  const [name = "search", ...rest] = path.split("/");
-  return { name: name || "search", rest: rest.map(decodeURIComponent), params: new URLSearchParams(query) };
+  const [name, ...rest] = path.split("/");
+  const decode = (part) => {
+    try {
+      return decodeURIComponent(part);
+    } catch {
+      return part; // a malformed %-escape: taken as written
+    }
+  };
+  return { name, rest: rest.map(decode), params: new URLSearchParams(query) };
 }
 
 async function identify() {
@@ -46,6 +53,7 @@ async function identify() {
 function showWho() {
   const who = $("#who");
   const banner = $("#banner");
+  $("#nav").hidden = !ctx.me;
   if (!ctx.me) {
     replace(who);
     banner.hidden = true;
@@ -89,8 +97,11 @@ async function route() {
     return;
   }
   $("#login").hidden = true;
-  const { name, rest, params } = parseHash();
-  const view = VIEWS[name] || VIEWS.search;
+  const parsed = parseHash();
+  const { rest, params } = parsed;
+  // no view named (or an unknown one): the first this key may use
+  const name = Object.hasOwn(VIEWS, parsed.name) ? parsed.name : Object.keys(VIEWS).find((v) => VIEWS[v].roles.some(ctx.can)) || "search";
+  const view = VIEWS[name];
   for (const link of document.querySelectorAll("#nav a[data-page]")) {
     if (link.dataset.page === name) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");

@@ -173,7 +173,7 @@ function runForm(ctx, sets, onDone) {
   return h("details", { class: "panel run-panel" }, h("summary", {}, "Run an evaluation"), f, status);
 }
 
-function experiments(runs) {
+function experimentList(runs) {
   if (!runs.length) return h("section", { class: "panel" }, h("h3", {}, "Experiments and manual runs"), h("p", {}, "None yet."));
   const pick = (r) => h("input", { type: "checkbox", name: "compare", value: r.run_id, "aria-label": `Compare run ${r.run_id}` });
   const rows = runs.map((r) => [
@@ -208,12 +208,13 @@ function experiments(runs) {
 }
 
 async function overview(root, ctx) {
-  const [sets, monitoring, all] = await Promise.all([
+  const [sets, monitoring, manual, experiments] = await Promise.all([
     get("/eval/sets"),
     get("/eval/runs", { kind: "monitoring", limit: 500 }),
-    get("/eval/runs", { limit: 200 }),
+    get("/eval/runs", { kind: "manual", limit: 200 }),
+    get("/eval/runs", { kind: "experiment", limit: 200 }),
   ]);
-  const others = all.filter((r) => r.kind !== "monitoring");
+  const others = [...manual, ...experiments].sort((a, b) => b.created_at.localeCompare(a.created_at));
   const cards = h("div", { class: "cards" });
   root.append(runForm(ctx, sets, () => render(replace(root), ctx, { rest: [], params: new URLSearchParams() })), cards);
   const latest = new Map();
@@ -224,7 +225,7 @@ async function overview(root, ctx) {
     const history = (summary.kind === "monitoring" ? monitoring : others).filter((r) => r.set === set);
     cards.append(setCard(run, history));
   }
-  root.append(experiments(others));
+  root.append(experimentList(others));
 }
 
 // --- one run, one case --------------------------------------------------------------------------------------------

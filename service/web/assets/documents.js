@@ -29,7 +29,7 @@ async function listing(root, params) {
   const holder = h("div", { id: "document-list" });
   root.append(filters, holder);
   const cursors = [null]; // the cursor of each page shown so far, for "previous"
-  const load = async () => {
+  const load = async (focus = false) => {
     const query = {
       tenant: params.get("tenant") || undefined,
       tags: (params.get("tags") || "").split(",").map((t) => t.trim()).filter(Boolean),
@@ -53,17 +53,18 @@ async function listing(root, params) {
       const nav = h(
         "div",
         { class: "pager" },
-        cursors.length > 1 ? h("button", { type: "button", onclick: () => { cursors.pop(); load(); } }, "Previous page") : null,
-        page.next_cursor ? h("button", { type: "button", onclick: () => { cursors.push(page.next_cursor); load(); } }, "Next page") : null,
+        cursors.length > 1 ? h("button", { type: "button", onclick: () => { cursors.pop(); load(true); } }, "Previous page") : null,
+        page.next_cursor ? h("button", { type: "button", onclick: () => { cursors.push(page.next_cursor); load(true); } }, "Next page") : null,
       );
       replace(
         holder,
-        h("p", { role: "status" }, `${page.total} documents match; page ${cursors.length}.`),
+        h("p", { role: "status", tabindex: "-1", id: "document-status" }, `${page.total} documents match; page ${cursors.length}.`),
         rows.length
           ? table(["Id", "Title", "Status", "Tenant", "Tags", "Updated", "Chunks", "Supersession"], rows, { caption: "Documents" })
           : h("p", {}, "No documents match."),
         nav,
       );
+      if (focus) document.getElementById("document-status").focus(); // the pager's buttons were redrawn
     } catch (err) {
       replace(holder, errorBox(err));
     }

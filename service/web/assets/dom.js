@@ -80,13 +80,15 @@ export function debounce(fn, ms) {
 // --- highlighting: the spans the service found (`highlights` of a /search hit), marked in the hit's text ------------
 
 export function highlighted(text, spans) {
+  // the service counts characters (code points); a JS string's indices count UTF-16 units
+  const chars = Array.from(text);
   const out = [];
   let at = 0;
   for (const [start, end] of spans || []) {
-    out.push(text.slice(at, start), h("mark", {}, text.slice(start, end)));
+    out.push(chars.slice(at, start).join(""), h("mark", {}, chars.slice(start, end).join("")));
     at = end;
   }
-  out.push(text.slice(at));
+  out.push(chars.slice(at).join(""));
   return out;
 }
 

@@ -15,7 +15,8 @@ const STAGE_NAMES = { dense: "Dense", keyword: "Keyword (BM25)", fused: "Fused",
 
 // --- the document picker: a combobox over /search, one option per document ----------------------------------------
 
-function picker(tenantInput) {
+function picker(ctx, tenantInput) {
+  const canSearch = ctx.can("search");
   const input = h("input", {
     id: "doc-picker",
     type: "text",
@@ -24,13 +25,22 @@ function picker(tenantInput) {
     "aria-autocomplete": "list",
     "aria-expanded": "false",
     "aria-controls": "doc-options",
-    placeholder: "type words from its title or text",
+    "aria-describedby": "doc-picker-hint",
+    placeholder: canSearch ? "type words from its title or text" : "type the document id",
   });
+  const hint = h(
+    "small",
+    { id: "doc-picker-hint", class: "hint" },
+    canSearch
+      ? "Suggestions come from a search as you type; pick one with the arrow keys and Enter."
+      : "This key has no search role, so there are no suggestions: type the document's id and take it with Enter.",
+  );
   const chosen = h("input", { type: "hidden", name: "doc_id", id: "doc-id" });
   const list = h("ul", { id: "doc-options", role: "listbox", class: "options", hidden: true, "aria-label": "Documents" });
   const shown = h("p", { class: "chosen", id: "doc-chosen", "aria-live": "polite" });
   let options = [];
   let active = -1;
+  let asked = 0; // the latest lookup: an older answer arriving late is dropped
 
   const close = () => {
     list.hidden = true;
@@ -40,14 +50,15 @@ function picker(tenantInput) {
   };
   const choose = (option) => {
     chosen.value = option.doc_id;
-    replace(shown, "Source: ", h("strong", {}, option.title || option.doc_id), ` (${option.doc_id})`);
-    input.value = option.title || option.doc_id;
+    replace(shown, "Source: ", h("strong", {}, option.title), ` (${option.doc_id})`);
+    input.value = option.doc_id;
     close();
   };
   const highlight = (i) => {
     active = i;
     list.querySelectorAll("[role=option]").forEach((el, n) => el.setAttribute("aria-selected", String(n === i)));
-    if (i >= 0) input.setAttribute("aria-activedescendant", `doc-option-${i}`);
+    input.setAttribute("aria-activedescendant", `doc-option-${i}`);
+    list.children[i]?.scrollIntoView({ block: "nearest" });
   };
   const show = () => {
     replace(
@@ -56,30 +67,31 @@ function picker(tenantInput) {
         h(
           "li",
           { id: `doc-option-${i}`, role: "option", "aria-selected": "false", onmousedown: (e) => { e.preventDefault(); choose(o); } },
-          h("span", { class: "option-title" }, o.title || o.doc_id),
+          h("span", { class: "option-title" }, o.label || o.title),
           h("span", { class: "option-id" }, o.doc_id),
         ),
       ),
     );
-    list.hidden = options.length === 0;
-    input.setAttribute("aria-expanded", String(options.length > 0));
+    input.removeAttribute("aria-activedescendant");
     active = -1;
+    list.hidden = options.length === 0 || document.activeElement !== input;
+    input.setAttribute("aria-expanded", String(!list.hidden));
   };
   const lookup = debounce(async () => {
     const text = input.value.trim();
-    if (text.length < 2) {
-      options = [];
-      show();
-      return;
+    const mine = ++asked;
+    let found = [];
+    if (canSearch && text.length >= 2) {
+      const filters = tenantInput.value.trim() ? { tenant: tenantInput.value.trim() } : {};
+      try {
+        const result = await post("/search", { query: text, k: 8, distinct_docs: true, fresh_only: false, rerank: false, filters });
+        found = result.hits.map((hit) => ({ doc_id: hit.doc_id, title: hit.title }));
+      } catch {
+        found = [];
+      }
     }
-    const filters = tenantInput.value.trim() ? { tenant: tenantInput.value.trim() } : {};
-    try {
-      const result = await post("/search", { query: text, k: 8, distinct_docs: true, fresh_only: false, rerank: false, filters });
-      options = result.hits.map((hit) => ({ doc_id: hit.doc_id, title: hit.title }));
-    } catch {
-      options = [];
-    }
-    options.push({ doc_id: text, title: `Use “${text}” as the document id` });
+    if (mine !== asked) return;
+    options = text ? [...found, { doc_id: text, title: text, label: `Use “${text}” as the document id` }] : [];
     show();
   }, 200);
 
@@ -89,16 +101,25 @@ function picker(tenantInput) {
     lookup();
   });
   input.addEventListener("keydown", (event) => {
-    if (list.hidden) return;
-    if (event.key === "ArrowDown") highlight(Math.min(active + 1, options.length - 1));
-    else if (event.key === "ArrowUp") highlight(Math.max(active - 1, 0));
-    else if (event.key === "Enter" && active >= 0) choose(options[active]);
-    else if (event.key === "Escape") close();
-    else return;
+    if (event.key === "ArrowDown" && list.hidden && options.length) {
+      show();
+    } else if (list.hidden) {
+      return;
+    } else if (event.key === "ArrowDown") {
+      highlight(Math.min(active + 1, options.length - 1));
+    } else if (event.key === "ArrowUp") {
+      highlight(Math.max(active - 1, 0));
+    } else if (event.key === "Enter" && active >= 0) {
+      choose(options[active]);
+    } else if (event.key === "Escape") {
+      close();
+    } else {
+      return;
+    }
     event.preventDefault();
   });
   input.addEventListener("blur", () => setTimeout(close, 150));
-  return h("div", { class: "field picker" }, h("label", { for: "doc-picker" }, "Document that answers it"), input, list, chosen, shown);
+  return h("div", { class: "field picker" }, h("label", { for: "doc-picker" }, "Document that answers it"), input, hint, list, chosen, shown);
 }
 
 // --- the triage ---------------------------------------------------------------------------------------------------
@@ -142,7 +163,7 @@ function reportForm(ctx, handoff, categories) {
     field("Question, as the user asked it", h("textarea", { name: "question", required: true, rows: 2, id: "incident-question" }, handoff?.question || "")),
     h("div", { class: "grid" }, field("Tenant", tenant), field("Category", h("input", { name: "category", list: "categories", value: "" }), "e.g. billing, product"), field("Reporter", h("input", { name: "reporter", required: true, value: ctx.me.name }))),
     h("datalist", { id: "categories" }, categories.map((c) => h("option", { value: c }))),
-    picker(tenant),
+    picker(ctx, tenant),
     field("Evidence: the words in that document that answer it", h("input", { name: "evidence", id: "incident-evidence" }), "they keep the label right when the document is re-chunked"),
     field("The wrong answer the user got (optional)", h("textarea", { name: "answer", rows: 2 })),
     Object.keys(carried).length || handoff
@@ -162,8 +183,7 @@ function reportForm(ctx, handoff, categories) {
       fresh_only: handoff?.fresh_only !== false,
     };
     if (handoff?.k) body.k = handoff.k;
-    const docId = data.get("doc_id") || document.getElementById("doc-picker").value.trim();
-    if (docId) body.doc_id = docId;
+    if (data.get("doc_id")) body.doc_id = data.get("doc_id");
     if (data.get("evidence").trim()) body.evidence = data.get("evidence").trim();
     if (data.get("answer").trim()) body.answer = data.get("answer").trim();
     replace(out, h("p", { role: "status" }, "Filing and triaging…"));
@@ -233,10 +253,14 @@ function queue(ctx, params) {
     h("div", { class: "field" }, h("button", { type: "submit" }, "Filter")),
   );
   let before = null;
-  const load = async (more = false) => {
-    const data = Object.fromEntries(new FormData(filters));
+  let asked = {}; // the filters as last submitted: "Older incidents" pages on with these, not with unsent edits
+  const status = h("p", { role: "status", tabindex: "-1", class: "queue-status" });
+  const list = h("div", {});
+  holder.append(status, list);
+  const load = async ({ more = false, focus = false } = {}) => {
+    if (!more) asked = Object.fromEntries(new FormData(filters));
     try {
-      const page = await get("/eval/incidents", { ...data, before: more ? before : undefined, limit: 25 });
+      const page = await get("/eval/incidents", { ...asked, before: more ? before : undefined, limit: 25 });
       before = page.next_before;
       const rows = page.incidents.map((i) => [
         h("a", { href: `#/incidents/${i.incident_id}` }, `#${i.incident_id}`),
@@ -246,21 +270,27 @@ function queue(ctx, params) {
         badge(i.status),
         String(i.reports),
         when(i.updated_at),
-        reviewControls(ctx, i, () => load()),
+        reviewControls(ctx, i, () => load({ focus: true })),
       ]);
-      const result = rows.length
-        ? table(["Id", "Question", "Category", "Triage", "Status", "Reports", "Updated", "Review"], rows, { caption: "Incidents, newest first" })
-        : h("p", {}, "No incidents match.");
-      if (more) holder.append(result);
-      else replace(holder, result);
-      if (before) holder.append(h("button", { type: "button", onclick: (e) => { e.target.remove(); load(true); } }, "Older incidents"));
+      if (!more) replace(list);
+      if (rows.length) {
+        list.append(table(["Id", "Question", "Category", "Triage", "Status", "Reports", "Updated", "Review"], rows, { caption: "Incidents, newest first" }));
+      }
+      const shown = list.querySelectorAll("tbody tr").length;
+      replace(status, shown ? `${shown} incidents shown${before ? "; older ones on request" : ""}.` : "No incidents match.");
+      if (before) {
+        list.append(
+          h("button", { type: "button", class: "older", onclick: (e) => { e.target.remove(); load({ more: true, focus: true }); } }, "Older incidents"),
+        );
+      }
+      if (focus) status.focus(); // the control that was used is gone: keep the keyboard in the queue
     } catch (err) {
-      replace(holder, errorBox(err));
+      replace(status, errorBox(err));
     }
   };
   filters.addEventListener("submit", (event) => {
     event.preventDefault();
-    load();
+    load({ focus: true });
   });
   load();
   return h("section", { class: "panel", "aria-labelledby": "queue-title" }, h("h3", { id: "queue-title" }, ctx.can("incidents:review") ? "Review queue" : "Incidents"), filters, holder);
