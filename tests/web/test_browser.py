@@ -36,7 +36,11 @@ class Page:
         self.driver, self.service, self.screenshots = driver, service, screenshots
 
     def open(self, path: str) -> None:
-        self.driver.get(self.service.url + path)
+        url = self.service.url + path
+        if self.driver.current_url == url:
+            self.driver.refresh()  # the same URL with a #fragment would not load the page again
+        else:
+            self.driver.get(url)
 
     def sign_in(self, who: str) -> None:
         self.open("/ui/")
@@ -211,6 +215,11 @@ def test_the_dashboard_after_an_eval_run_drills_into_a_case_and_compares_runs(pa
     bars = card.find_element(By.CSS_SELECTOR, "figure svg.chart")
     assert "per category" in card.text
     assert bars.get_attribute("aria-label")
+    page.api("POST", "/eval/run", json={"set": "handbook", "monitoring": True, "include_cases": False})
+    page.open("/ui/#/dashboard")  # two monitoring runs: history, overall and per category
+    history = page.wait_text(".category-history", "per category, the last 2 runs")
+    assert len(history.find_elements(By.CSS_SELECTOR, "polyline")) == 6  # the handbook's six categories
+    card = page.wait(".set-card")
     page.shot("dashboard")
 
     card.find_element(By.CSS_SELECTOR, "p a[href*='/run/']").click()

@@ -79,14 +79,45 @@ function metricPicker(run, onPick) {
   return h("div", { class: "field inline-field" }, h("label", { for: picker.id }, "Metric"), picker);
 }
 
-function barsWithPicker(run) {
+function barsWithPicker(run, onPick = () => {}) {
   const holder = h("div", {}, categoryBars(run, run.primary_metric));
-  return [metricPicker(run, (m) => replace(holder, categoryBars(run, m))), holder];
+  const pick = (m) => {
+    replace(holder, categoryBars(run, m));
+    onPick(m);
+  };
+  return [metricPicker(run, pick), holder];
+}
+
+const CATEGORY_HISTORY_RUNS = 20;
+
+function categoryHistory(set, reports, metric) {
+  // one line per category: a collapsing category shows here even when the overall line stays flat
+  const names = [...new Set(reports.flatMap((r) => r.by_category.map((g) => g.name)))].sort();
+  const series = names.map((name) => ({
+    name,
+    points: reports
+      .map((r) => ({ x: new Date(r.created_at), y: r.by_category.find((g) => g.name === name)?.metrics[metric] }))
+      .filter((p) => p.y !== undefined),
+  }));
+  return lineChart(`${metric} per category, the last ${reports.length} runs of set ${set}`, series.filter((s) => s.points.length));
 }
 
 function setCard(run, history) {
   const monitored = run.kind === "monitoring";
   const points = history.slice().reverse();
+  const perCategory = h("div", { class: "category-history" });
+  let reports = [];
+  let metric = run.primary_metric;
+  const drawCategories = () => replace(perCategory, reports.length > 1 ? categoryHistory(run.set, reports, metric) : null);
+  if (points.length > 1) {
+    // each run's categories are in its report: the newest few, fetched after the card is drawn
+    Promise.all(points.slice(-CATEGORY_HISTORY_RUNS).map((p) => get(`/eval/runs/${encodeURIComponent(p.run_id)}`, { include_cases: false })))
+      .then((got) => {
+        reports = got.filter((r) => r.status === "done");
+        drawCategories();
+      })
+      .catch((err) => replace(perCategory, errorBox(err)));
+  }
   return h(
     "article",
     { class: "panel set-card", "aria-labelledby": `set-${run.set}` },
@@ -100,7 +131,10 @@ function setCard(run, history) {
       h(
         "div",
         {},
-        barsWithPicker(run),
+        barsWithPicker(run, (m) => {
+          metric = m;
+          drawCategories();
+        }),
         points.length > 1
           ? lineChart(
               `History of set ${run.set} (${monitored ? "monitoring" : run.kind} runs)`,
@@ -110,6 +144,7 @@ function setCard(run, history) {
               })),
             )
           : h("p", { class: "hint" }, "History appears after a second run."),
+        perCategory,
       ),
     ),
   );
