@@ -194,6 +194,7 @@ class Index:
         self._last_gen = 0
         store.ensure_schema(embedder.dimension)
         self._wanted = Manifest(embedder.name, embedder.dimension, tokenizer, bm25)
+        self._settings_json: str | None = None  # the settings' part of every fingerprint (`_fingerprint`)
         self._measure = measure_avg_len
         self.manifest: Manifest | None = None
         self.encoder = Bm25Encoder(Tokenizer(tokenizer), bm25)
@@ -224,7 +225,8 @@ class Index:
                 raise InvalidRequest(f"supersedes would make a cycle: {' -> '.join(map(repr, cycle))}")
             fingerprints = {d.id: self._fingerprint(d) for d in docs}
             todo = [d for d in docs if d.id not in known or known[d.id].fingerprint != fingerprints[d.id]]
-            self._remove_leftovers({d.id: known[d.id].gen for d in docs if d not in todo})
+            changed = {d.id for d in todo}
+            self._remove_leftovers({d.id: known[d.id].gen for d in docs if d.id not in changed})
             if not todo:
                 self._reserve_space(len(docs) * 1024)
                 supersession.refresh(self.store, self._affected(docs, known))
@@ -265,7 +267,9 @@ class Index:
                 raise
             self.manifest, self.encoder = manifest, encoder
             try:  # committed: readers ignore the old generation already; the next ingest retries both
-                self.store.delete(Clause(must=(MatchAny("doc_id", ids), NumberRange("gen", lt=gen))))
+                older = Clause(must=(MatchAny("doc_id", ids), NumberRange("gen", lt=gen)))
+                if self.store.count(older):  # a durable write (flush, optimiser) only when there is something
+                    self.store.delete(older)
                 crash_point("ingest:old-deleted")
                 supersession.refresh(self.store, self._affected(todo, known))
                 crash_point("ingest:statuses-set")
@@ -506,7 +510,13 @@ class Index:
         return self._last_gen
 
     def _fingerprint(self, doc: Document) -> str:
-        blob = json.dumps([asdict(doc), asdict(self.chunker.config), asdict(self._wanted)], sort_keys=True, default=str)
+        """SHA-256 of `json.dumps([asdict(doc), asdict(chunker config), asdict(wanted manifest)], sort_keys=True,
+        default=str)`, with the settings' part serialised once (the same text: a list's items join with ", ")."""
+        settings = self._settings_json
+        if settings is None:
+            both = json.dumps([asdict(self.chunker.config), asdict(self._wanted)], sort_keys=True, default=str)
+            settings = self._settings_json = both[1:-1]
+        blob = f"[{json.dumps(asdict(doc), sort_keys=True, default=str)}, {settings}]"
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def _records(self, ids: list[str]) -> dict[str, _Record]:

@@ -27,6 +27,7 @@ STOPWORD_SETS: dict[str, frozenset[str]] = {"none": frozenset(), "lucene": LUCEN
 # Han (incl. extension A and compatibility ideographs), kana, hangul syllables.
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
 _TOKEN_RE = re.compile(rf"([{_CJK}]+)|((?:(?![{_CJK}])[^\W_])+)")
+_HAS_CJK = re.compile(rf"[{_CJK}]")
 
 
 @dataclass(frozen=True)
@@ -66,15 +67,20 @@ class Tokenizer:
     def tokens(self, text: str) -> list[str]:
         """Normalise (NFKC, case-fold) and split `text` into terms (a multiset: order carries no meaning)."""
         text = unicodedata.normalize("NFKC", text).casefold()
+        parts = _TOKEN_RE.findall(text)
+        words = [word for cjk, word in parts if not cjk and word not in self._stopwords]
+        stems: list[str] = self._stemmer.stemWords(words) if self._stemmer else words  # one call for the text
+        if not _HAS_CJK.search(text):
+            return stems
         out: list[str] = []
-        for match in _TOKEN_RE.finditer(text):
-            cjk, word = match.groups()
+        next_stem = iter(stems).__next__
+        for cjk, word in parts:  # in the text's order
             if cjk:
                 out.extend(cjk)
                 if self.config.cjk_bigrams:
                     out.extend(cjk[i : i + 2] for i in range(len(cjk) - 1))
             elif word not in self._stopwords:
-                out.append(self._stemmer.stemWord(word) if self._stemmer else word)
+                out.append(next_stem())
         return out
 
     def spans(self, text: str, terms: Collection[str]) -> list[tuple[int, int]]:

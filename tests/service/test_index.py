@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -9,8 +11,8 @@ import pytest
 from service.chunking import Chunker, ChunkerConfig
 from service.domain import Document
 from service.errors import IndexMismatch, IngestFailed, InvalidRequest, NotFound, PayloadTooLarge, StoreUnavailable
-from service.filters import Clause, of_kind
-from service.index import Index, IndexLimits
+from service.filters import Clause, Match, of_kind
+from service.index import Index, IndexLimits, Manifest
 from service.payload import MANIFEST_ID
 from service.pipeline import SearchParams, SearchPipeline
 from service.sparse import Bm25Params
@@ -300,3 +302,36 @@ def test_an_ingest_is_made_durable_at_its_commit_marker_only(store: EdgeStore, h
     assert kinds.count("chunk") >= 2  # several write batches
     assert recording.writes[-1] == ("head", True)  # the commit flushes (and runs the optimiser) once
     assert [durable for kind, durable in recording.writes if kind != "head"] == [False] * (len(kinds) - 1)
+
+
+def test_a_documents_fingerprint_is_unchanged_by_serialising_the_settings_once(store: EdgeStore) -> None:
+    """Fingerprints are stored in every head: a different text would make every document look changed (re-embedded
+    on its next ingest) after an upgrade."""
+    index = make_index(store)
+    for doc in (V1, replace(V2, metadata={"ö": [1, 2.5, None]}, tags=("b", "a"))):
+        settings = [asdict(index.chunker.config), asdict(Manifest("fake-bow", 64, TokenizerConfig(), Bm25Params()))]
+        blob = json.dumps([asdict(doc), *settings], sort_keys=True, default=str)
+        assert index._fingerprint(doc) == hashlib.sha256(blob.encode()).hexdigest()
+
+
+class DeleteCountingStore(EdgeStore):
+    """The embedded store, counting its deletes (each one a flush and an optimiser run)."""
+
+    deletes = 0
+
+    def delete(self, where: Clause) -> None:
+        self.deletes += 1
+        super().delete(where)
+
+
+def test_an_ingest_deletes_only_when_an_older_generation_exists(tmp_path: Path) -> None:
+    store = DeleteCountingStore(tmp_path / "index")
+    index = make_index(store)
+    index.ingest([V1, OTHER])  # new documents: nothing older to delete, no durable write for it
+    assert store.deletes == 0
+    index.ingest([V2])  # a changed document: its old generation goes
+    assert store.deletes == 1
+    assert store.count(Clause(must=(Match("doc_id", V2.id),))) == store.count(
+        Clause(must=(Match("doc_id", V2.id), Match("gen", index.get(V2.id).generation)))
+    )
+    store.close()

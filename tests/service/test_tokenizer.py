@@ -80,3 +80,7 @@ def test_spans_in_chinese_mark_shared_characters_and_pairs(tok: Tokenizer) -> No
     assert _marked(tok, text, "退款政策") == ["退款政策"]
     assert _marked(tok, text, "政") == ["政"]
     assert tok.spans(text, []) == []
+
+
+def test_halfwidth_katakana_counts_as_cjk_once_normalised(tok: Tokenizer) -> None:
+    assert tok.tokens("ｶﾀ refunds") == ["カ", "タ", "カタ", "refund"]  # in the text's order
