@@ -97,8 +97,11 @@ class Tokenizer:
         for match in _TOKEN_RE.finditer(text):
             cjk, word = match.groups()
             if word:
-                if wanted.intersection(self.tokens(word)):
-                    found.append(match.span())
+                end = match.end()
+                while end < len(text) and unicodedata.combining(text[end]):  # a decomposed accent ends no word
+                    end += 1
+                if wanted.intersection(self.tokens(text[match.start() : end])):
+                    found.append((match.start(), end))
                 continue
             chars = [unicodedata.normalize("NFKC", c).casefold() for c in cjk]
             for i, char in enumerate(chars):

@@ -84,3 +84,8 @@ def test_spans_in_chinese_mark_shared_characters_and_pairs(tok: Tokenizer) -> No
 
 def test_halfwidth_katakana_counts_as_cjk_once_normalised(tok: Tokenizer) -> None:
     assert tok.tokens("ｶﾀ refunds") == ["カ", "タ", "カタ", "refund"]  # in the text's order
+
+
+def test_spans_cover_a_decomposed_accent(tok: Tokenizer) -> None:
+    text = "Cafe\u0301 menu"  # é as e + a combining acute: tokens() composes it first
+    assert _marked(tok, text, "café") == ["Cafe\u0301"]

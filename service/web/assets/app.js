@@ -148,8 +148,10 @@ async function start() {
     }
   });
   window.addEventListener("hashchange", async () => {
+    if (!location.hash.startsWith("#/")) return; // e.g. the skip link's #main: not a view
     await route();
-    $("#view-title")?.focus();
+    // a view may have put the focus somewhere useful (the query box, the document picker); else its title
+    if (!$("#page").contains(document.activeElement)) $("#view-title")?.focus();
   });
   try {
     await identify();

@@ -138,9 +138,9 @@ function setCard(run, history) {
         points.length > 1
           ? lineChart(
               `History of set ${run.set} (${monitored ? "monitoring" : run.kind} runs)`,
-              HISTORY_METRICS.filter((m) => m in points[0].metrics).map((m) => ({
+              HISTORY_METRICS.filter((m) => points.some((p) => m in p.metrics)).map((m) => ({
                 name: m,
-                points: points.map((p) => ({ x: new Date(p.created_at), y: p.metrics[m] })),
+                points: points.filter((p) => m in p.metrics).map((p) => ({ x: new Date(p.created_at), y: p.metrics[m] })),
               })),
             )
           : h("p", { class: "hint" }, "History appears after a second run."),
@@ -242,7 +242,7 @@ function experimentList(runs) {
   return h("section", { class: "panel", "aria-labelledby": "exp-title" }, h("h3", { id: "exp-title" }, "Experiments and manual runs"), f);
 }
 
-async function overview(root, ctx) {
+async function overview(root, ctx, finished) {
   const [sets, monitoring, manual, experiments] = await Promise.all([
     get("/eval/sets"),
     get("/eval/runs", { kind: "monitoring", limit: 500 }),
@@ -251,7 +251,8 @@ async function overview(root, ctx) {
   ]);
   const others = [...manual, ...experiments].sort((a, b) => b.created_at.localeCompare(a.created_at));
   const cards = h("div", { class: "cards" });
-  root.append(runForm(ctx, sets, () => render(replace(root), ctx, { rest: [], params: new URLSearchParams() })), cards);
+  const done = finished ? h("p", { role: "status", tabindex: "-1", id: "run-done" }, "Run ", runLink(finished), " finished.") : null;
+  root.append(runForm(ctx, sets, (runId) => overview(replace(root), ctx, runId)), done, cards);
   const latest = new Map();
   for (const r of [...monitoring, ...others]) if (!latest.has(r.set)) latest.set(r.set, r);
   if (!latest.size) cards.append(h("p", {}, "No evaluation runs yet: run one above, or schedule monitoring (PLUMBLINE_EVAL_SCHEDULE)."));
@@ -261,6 +262,7 @@ async function overview(root, ctx) {
     cards.append(setCard(run, history));
   }
   root.append(experimentList(others));
+  if (done) done.focus(); // the form that started the run was redrawn
 }
 
 // --- one run, one case --------------------------------------------------------------------------------------------

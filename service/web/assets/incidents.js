@@ -49,6 +49,7 @@ function picker(ctx, tenantInput) {
     active = -1;
   };
   const choose = (option) => {
+    asked += 1; // a lookup still on its way must not reopen the list over the choice
     chosen.value = option.doc_id;
     replace(shown, "Source: ", h("strong", {}, option.title), ` (${option.doc_id})`);
     input.value = option.doc_id;
@@ -101,6 +102,13 @@ function picker(ctx, tenantInput) {
     lookup();
   });
   input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && list.hidden && input.value.trim() && !chosen.value) {
+      // before the list came (or without suggestions): Enter takes what was typed as the id
+      event.preventDefault();
+      const text = input.value.trim();
+      choose({ doc_id: text, title: text });
+      return;
+    }
     if (event.key === "ArrowDown" && list.hidden && options.length) {
       show();
     } else if (list.hidden) {
@@ -109,8 +117,8 @@ function picker(ctx, tenantInput) {
       highlight(Math.min(active + 1, options.length - 1));
     } else if (event.key === "ArrowUp") {
       highlight(Math.max(active - 1, 0));
-    } else if (event.key === "Enter" && active >= 0) {
-      choose(options[active]);
+    } else if (event.key === "Enter") {
+      choose(options[active >= 0 ? active : options.length - 1]); // nothing highlighted: the typed id itself
     } else if (event.key === "Escape") {
       close();
     } else {
@@ -183,7 +191,14 @@ function reportForm(ctx, handoff, categories) {
       fresh_only: handoff?.fresh_only !== false,
     };
     if (handoff?.k) body.k = handoff.k;
-    if (data.get("doc_id")) body.doc_id = data.get("doc_id");
+    if (data.get("doc_id")) {
+      body.doc_id = data.get("doc_id");
+    } else if (document.getElementById("doc-picker").value.trim()) {
+      // typed but not taken: it may be a title, not an id; say so rather than send it
+      replace(out, errorBox("Pick the document from the suggestions, or press Enter in the field to use what you typed as its id."));
+      document.getElementById("doc-picker").focus();
+      return;
+    }
     if (data.get("evidence").trim()) body.evidence = data.get("evidence").trim();
     if (data.get("answer").trim()) body.answer = data.get("answer").trim();
     replace(out, h("p", { role: "status" }, "Filing and triaging…"));
@@ -257,10 +272,13 @@ function queue(ctx, params) {
   const status = h("p", { role: "status", tabindex: "-1", class: "queue-status" });
   const list = h("div", {});
   holder.append(status, list);
-  const load = async ({ more = false, focus = false } = {}) => {
-    if (!more) asked = Object.fromEntries(new FormData(filters));
+  let latest = 0; // the newest request: an older answer arriving late is dropped
+  const load = async ({ more = false, focus = false, refilter = true } = {}) => {
+    if (!more && refilter) asked = Object.fromEntries(new FormData(filters));
+    const mine = ++latest;
     try {
       const page = await get("/eval/incidents", { ...asked, before: more ? before : undefined, limit: 25 });
+      if (mine !== latest) return;
       before = page.next_before;
       const rows = page.incidents.map((i) => [
         h("a", { href: `#/incidents/${i.incident_id}` }, `#${i.incident_id}`),
@@ -270,7 +288,7 @@ function queue(ctx, params) {
         badge(i.status),
         String(i.reports),
         when(i.updated_at),
-        reviewControls(ctx, i, () => load({ focus: true })),
+        reviewControls(ctx, i, () => load({ focus: true, refilter: false })),
       ]);
       if (!more) replace(list);
       if (rows.length) {
@@ -285,7 +303,7 @@ function queue(ctx, params) {
       }
       if (focus) status.focus(); // the control that was used is gone: keep the keyboard in the queue
     } catch (err) {
-      replace(status, errorBox(err));
+      if (mine === latest) replace(status, errorBox(err));
     }
   };
   filters.addEventListener("submit", (event) => {
@@ -307,7 +325,7 @@ async function detail(root, ctx, id) {
         h(
           "article",
           { class: "panel", "aria-labelledby": "incident-title" },
-          h("h3", { id: "incident-title" }, `Incident #${i.incident_id} `, badge(i.status)),
+          h("h3", { id: "incident-title", tabindex: "-1" }, `Incident #${i.incident_id} `, badge(i.status)),
           h("p", { class: "question" }, i.question),
           table(
             ["Field", "Value"],
@@ -322,8 +340,19 @@ async function detail(root, ctx, id) {
               ["Reviewed", i.reviewer ? `${i.reviewer}, ${when(i.reviewed_at)}${i.reason ? `: ${i.reason}` : ""}` : "–"],
             ],
           ),
-          reviewControls(ctx, i, show),
+          reviewControls(ctx, i, async () => {
+            await show();
+            document.getElementById("incident-title")?.focus(); // the buttons that were used are redrawn
+          }),
           triageView(i),
+          h("h4", {}, "Reports"),
+          h(
+            "ol",
+            { class: "reports" },
+            (i.report_details || []).map((r) =>
+              h("li", {}, `${when(r.reported_at)} · ${r.reporter}: “${r.question}”`, r.answer ? h("div", { class: "hint" }, `Answer given: ${r.answer}`) : null, r.note ? h("div", { class: "hint" }, `Note: ${r.note}`) : null),
+            ),
+          ),
           h("h4", {}, "History"),
           h("ol", { class: "history" }, (i.history || []).map((e) => h("li", {}, `${when(e.at)} · ${e.actor} · ${e.action}`))),
         ),
