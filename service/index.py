@@ -21,9 +21,8 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
 
 from eval.faults import crash_point
 from service import integrity, supersession, upgrade
@@ -41,8 +40,9 @@ from service.errors import (
 )
 from service.filters import Clause, Match, MatchAny, NumberRange, of_kind
 from service.payload import (
+    LISTED_FIELDS,
     MANIFEST_ID,
-    NEVER,
+    DocumentEntry,
     chunk_from_payload,
     chunk_payload,
     chunk_point_id,
@@ -91,51 +91,6 @@ class StoredDocument:
     chunks: tuple[Chunk, ...]
     generation: int
     superseded_by: str | None = None
-
-
-LISTED_FIELDS = (
-    *("doc_id", "gen", "title", "tenant", "tags", "status", "declared_status", "superseded_by", "supersedes"),
-    *("updated_at", "valid_until", "fresh_until", "chunks", "format"),
-)
-
-
-@dataclass(frozen=True)
-class DocumentEntry:
-    """A committed document in a listing: its record without the text and metadata."""
-
-    id: str
-    title: str
-    tenant: str | None
-    tags: tuple[str, ...]
-    status: str  # effective: what filters and fresh_only see
-    declared_status: str
-    superseded_by: str | None
-    supersedes: str | None
-    updated_at: str | None
-    valid_until: str | None
-    fresh_until: str
-    chunks: int
-    format: str
-    generation: int
-
-    @classmethod
-    def of(cls, p: Mapping[str, Any]) -> DocumentEntry:
-        return cls(
-            id=p["doc_id"],
-            title=p["title"],
-            tenant=p.get("tenant"),
-            tags=tuple(p.get("tags") or ()),
-            status=p["status"],
-            declared_status=p.get("declared_status") or p["status"],
-            superseded_by=p.get("superseded_by"),
-            supersedes=p.get("supersedes"),
-            updated_at=p.get("updated_at"),
-            valid_until=None if p.get("valid_until") in (None, NEVER) else p["valid_until"],
-            fresh_until=p["fresh_until"],
-            chunks=int(p["chunks"]),
-            format=p.get("format", "markdown"),
-            generation=int(p["gen"]),
-        )
 
 
 @dataclass(frozen=True)
@@ -377,10 +332,10 @@ class Index:
         """Up to `limit` committed documents whose records match `where`, in the engine's point order from `cursor`
         (None: the start), and the cursor of the next page (None after the last). A record of a generation that is
         not (or no longer) its document's committed one (a write in flight, a crash's leftover) is skipped."""
-        where = Clause(must=(Match("kind", "document"), *where.must), should=where.should, must_not=where.must_not)
+        records = _document_records(where)
         found: list[DocumentEntry] = []
         while len(found) < limit:
-            page, cursor = self.store.page(cursor, limit - len(found), LISTED_FIELDS, where)
+            page, cursor = self.store.page(cursor, limit - len(found), LISTED_FIELDS, records)
             committed = self.store.committed({p.payload["doc_id"] for p in page})
             found += [
                 DocumentEntry.of(p.payload) for p in page if committed.get(p.payload["doc_id"]) == int(p.payload["gen"])
@@ -392,9 +347,7 @@ class Index:
     def count_records(self, where: Clause) -> int:
         """Document records matching `where` (`listing`'s filter): the committed documents, plus any record a write
         in flight or a crash left, until it is removed."""
-        return self.store.count(
-            Clause(must=(Match("kind", "document"), *where.must), should=where.should, must_not=where.must_not)
-        )
+        return self.store.count(_document_records(where))
 
     def documents(self) -> int:
         """Documents committed (one head each), as counted after the last write."""
@@ -553,6 +506,11 @@ class Index:
             return self._wanted
         lengths = [len(self.encoder.tokenizer.tokens(c.embed_text)) for c in first_chunks]
         return replace(self._wanted, bm25=replace(self._wanted.bm25, avg_len=max(1.0, sum(lengths) / len(lengths))))
+
+
+def _document_records(where: Clause) -> Clause:
+    """`where`, on document records only."""
+    return Clause(must=(Match("kind", "document"), *where.must), should=where.should, must_not=where.must_not)
 
 
 def _derived_title(doc: Document) -> str:

@@ -12,6 +12,7 @@ import datetime as dt
 import functools
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from service.domain import Chunk, DocFormat, DocStatus, Document, Hit, StageScore
@@ -140,6 +141,51 @@ def document_from_payload(p: Mapping[str, Any]) -> Document:
         valid_until=None if p.get("valid_until") in (None, NEVER) else _parse(p["valid_until"]),
         supersedes=p.get("supersedes"),
     )
+
+
+LISTED_FIELDS = (
+    *("doc_id", "gen", "title", "tenant", "tags", "status", "declared_status", "superseded_by", "supersedes"),
+    *("updated_at", "valid_until", "fresh_until", "chunks", "format"),
+)
+
+
+@dataclass(frozen=True)
+class DocumentEntry:
+    """A committed document in a listing (`Index.listing`): its record without the text and metadata."""
+
+    id: str
+    title: str
+    tenant: str | None
+    tags: tuple[str, ...]
+    status: str  # effective: what filters and fresh_only see
+    declared_status: str
+    superseded_by: str | None
+    supersedes: str | None
+    updated_at: str | None
+    valid_until: str | None
+    fresh_until: str
+    chunks: int
+    format: str
+    generation: int
+
+    @classmethod
+    def of(cls, p: Mapping[str, Any]) -> DocumentEntry:
+        return cls(
+            id=p["doc_id"],
+            title=p["title"],
+            tenant=p.get("tenant"),
+            tags=tuple(p.get("tags") or ()),
+            status=p["status"],
+            declared_status=p.get("declared_status") or p["status"],
+            superseded_by=p.get("superseded_by"),
+            supersedes=p.get("supersedes"),
+            updated_at=p.get("updated_at"),
+            valid_until=None if p.get("valid_until") in (None, NEVER) else p["valid_until"],
+            fresh_until=p["fresh_until"],
+            chunks=int(p["chunks"]),
+            format=p.get("format", "markdown"),
+            generation=int(p["gen"]),
+        )
 
 
 def hit_from_payload(p: Mapping[str, Any], score: float, stages: Mapping[str, StageScore]) -> Hit:

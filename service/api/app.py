@@ -25,19 +25,12 @@ from service.settings import Settings
 
 log = logging.getLogger("plumbline")
 access = logging.getLogger("plumbline.access")
-# On every response: nothing a browser should sniff, frame, cache or send referrers from. The page (/ui/) and /docs
-# load scripts, styles and data from this origin only; Swagger UI (/docs) also sets inline styles and uses data: icons.
-CONTENT_POLICY = (
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
-    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
-)
-DOCS_POLICY = CONTENT_POLICY.replace("style-src 'self'", "style-src 'self' 'unsafe-inline'").replace(
-    "img-src 'self'", "img-src 'self' data:"
-)
+# On every response: nothing a browser should sniff, frame, cache or send referrers from; the content policy allows
+# this origin only (`web.CONTENT_POLICY`; /docs sets its own, a little wider, for Swagger UI).
 SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Content-Security-Policy": CONTENT_POLICY,
+    "Content-Security-Policy": web.CONTENT_POLICY,
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
     "Cross-Origin-Resource-Policy": "same-origin",
@@ -124,8 +117,6 @@ def create_app(
         response.headers["X-Request-ID"] = rid
         if request.url.path.startswith("/ui/"):  # the page's files: cached, revalidated by their ETag
             response.headers.setdefault("Cache-Control", "no-cache")
-        elif request.url.path == "/docs":
-            response.headers.setdefault("Content-Security-Policy", DOCS_POLICY)
         for name, value in security_headers.items():
             response.headers.setdefault(name, value)
         logs.request_id.reset(token)

@@ -4,6 +4,7 @@
 
 import { api, get, post } from "./api.js";
 import { badge, barChart, errorBox, field, fmt, h, lineChart, replace, select, table, when } from "./dom.js";
+import { CHOICES, searchOptions } from "./search.js";
 
 const HISTORY_METRICS = ["hit@5", "recall@10", "mrr", "ndcg@10"];
 
@@ -158,10 +159,10 @@ function runForm(ctx, sets, onDone) {
   const overrides = h(
     "div",
     { class: "grid overrides", hidden: true },
-    field("Mode", select("mode", [["", "default"], ["hybrid", "hybrid"], ["dense", "dense"], ["keyword", "keyword"]], "")),
-    field("Fusion", select("fusion", [["", "default"], ["rrf", "RRF"], ["weighted", "weighted"]], "")),
+    field("Mode", select("mode", CHOICES.mode, "")),
+    field("Fusion", select("fusion", CHOICES.fusion, "")),
     field("Alpha", h("input", { name: "alpha", type: "number", min: 0, max: 1, step: 0.05 })),
-    field("Rerank", select("rerank", [["", "default"], ["on", "on"], ["off", "off"]], "")),
+    field("Rerank", select("rerank", CHOICES.rerank, "")),
   );
   kind.addEventListener("change", () => (overrides.hidden = kind.value !== "experiment"));
   const status = h("p", { role: "status", id: "run-status" });
@@ -179,11 +180,7 @@ function runForm(ctx, sets, onDone) {
     const body = { set: data.set, async: true, include_cases: false };
     if (data.kind === "monitoring") body.monitoring = true;
     if (data.kind === "experiment") {
-      const o = {};
-      if (data.mode) o.mode = data.mode;
-      if (data.fusion) o.fusion = data.fusion;
-      if (data.alpha) o.alpha = Number(data.alpha);
-      if (data.rerank) o.rerank = data.rerank === "on";
+      const o = searchOptions(data);
       if (!Object.keys(o).length) {
         replace(status, "An experiment needs at least one override.");
         return;

@@ -72,13 +72,16 @@ async function listing(root, params) {
   await load();
 }
 
+// GET /documents/{id} gives the declared status; a current document superseding it makes it superseded
+const effectiveStatus = (doc) => (doc.superseded_by ? "superseded" : doc.status);
+
 async function follow(start, next) {
   // the documents from `start` on, each naming the next through `next`, until none (at most 10)
   const found = [];
   for (let id = start; id && found.length < 10; ) {
     try {
       const doc = await get(`/documents/${encodeURIComponent(id)}`);
-      found.push({ id, title: doc.title, status: doc.superseded_by ? "superseded" : doc.status });
+      found.push({ id, title: doc.title, status: effectiveStatus(doc) });
       id = next(doc);
     } catch {
       found.push({ id, title: "(not in the index)", status: "missing" });
@@ -92,7 +95,7 @@ async function chain(doc) {
   // what this document replaced, back to the first, and what replaced it, forward to the newest
   const back = (await follow(doc.supersedes, (d) => d.supersedes)).reverse();
   const forward = await follow(doc.superseded_by, (d) => d.superseded_by);
-  return [...back, { id: doc.id, title: doc.title, status: doc.superseded_by ? "superseded" : doc.status, self: true }, ...forward];
+  return [...back, { id: doc.id, title: doc.title, status: effectiveStatus(doc), self: true }, ...forward];
 }
 
 async function detail(root, id) {
@@ -103,7 +106,7 @@ async function detail(root, id) {
     h(
       "article",
       { class: "panel", "aria-labelledby": "doc-title" },
-      h("h3", { id: "doc-title" }, doc.title, " ", badge(doc.superseded_by ? "superseded" : doc.status)),
+      h("h3", { id: "doc-title" }, doc.title, " ", badge(effectiveStatus(doc))),
       table(
         ["Field", "Value"],
         [

@@ -12,6 +12,22 @@ const STAGES = [
   ["rerank", "Rerank"],
 ];
 const STATUSES = ["current", "superseded", "archived", "draft"];
+// the choices of the search options a playground search and an experiment run share ("": the service's default)
+export const CHOICES = {
+  mode: [["", "default"], ["hybrid", "hybrid"], ["dense", "dense"], ["keyword", "keyword"]],
+  fusion: [["", "default"], ["rrf", "RRF"], ["weighted", "weighted"]],
+  rerank: [["", "default"], ["on", "on"], ["off", "off"]],
+};
+
+export function searchOptions(v) {
+  // mode, fusion, alpha and rerank as a /search body (or an eval run's overrides) has them; unset ones left out
+  const out = {};
+  if (v.mode) out.mode = v.mode;
+  if (v.fusion) out.fusion = v.fusion;
+  if (v.alpha !== "" && v.alpha !== null && v.alpha !== undefined) out.alpha = Number(v.alpha);
+  if (v.rerank) out.rerank = v.rerank === "on";
+  return out;
+}
 
 export function formValues(form) {
   const data = new FormData(form);
@@ -46,12 +62,8 @@ export function requestBody(v) {
       throw new Error('Metadata filter: not JSON. Write e.g. {"owner": "Ana"} or {"priority": {"gte": 2}}.');
     }
   }
-  const body = { query: v.q, explain: true, highlight: true, fresh_only: v.fresh_only !== "0", filters };
-  if (v.mode) body.mode = v.mode;
-  if (v.fusion) body.fusion = v.fusion;
-  if (v.alpha !== "" && v.alpha !== null && v.alpha !== undefined) body.alpha = Number(v.alpha);
+  const body = { query: v.q, explain: true, highlight: true, fresh_only: v.fresh_only !== "0", filters, ...searchOptions(v) };
   if (v.k) body.k = Number(v.k);
-  if (v.rerank) body.rerank = v.rerank === "on";
   return body;
 }
 
@@ -70,11 +82,11 @@ function form(values) {
     h(
       "div",
       { class: "grid params" },
-      field("Mode", select("mode", [["", "default"], ["hybrid", "hybrid"], ["dense", "dense"], ["keyword", "keyword"]], v("mode"))),
-      field("Fusion", select("fusion", [["", "default"], ["rrf", "RRF"], ["weighted", "weighted"]], v("fusion"))),
+      field("Mode", select("mode", CHOICES.mode, v("mode"))),
+      field("Fusion", select("fusion", CHOICES.fusion, v("fusion"))),
       field("Alpha", h("input", { name: "alpha", type: "number", min: 0, max: 1, step: 0.05, value: v("alpha") }), "dense weight (weighted fusion)"),
       field("k", h("input", { name: "k", type: "number", min: 1, max: 100, value: v("k") })),
-      field("Rerank", select("rerank", [["", "default"], ["on", "on"], ["off", "off"]], v("rerank"))),
+      field("Rerank", select("rerank", CHOICES.rerank, v("rerank"))),
       h(
         "div",
         { class: "field check" },
