@@ -27,11 +27,16 @@ import numpy as np
 
 from service.embedding import Matrix, PrefixedEmbedder, resolve_model_path
 from service.errors import PlumblineError
+from service.rerank import PassageWindow
+from service.tokenizer import Tokenizer
 
 log = logging.getLogger("plumbline")
 _EXPORT_VERSION = 2  # part of the cache key: bump when the exported graph changes
 _PROBES = ("refund window for annual plans", "Wie setze ich mein Passwort zurück?", "0-dimensional biomaterials " * 40)
 _TOLERANCE = 1e-4  # largest difference from torch accepted on the probes
+# pairs per cross-encoder run: 20 SciFact chunks of mixed length (cut at 128 tokens) took 189 ms in batches of 4 by
+# length against 217 in one batch padded to the longest and 216 one at a time (same run, two cores)
+_RERANK_BATCH = 4
 
 
 def _key(model_dir: Path, kind: str) -> str:
@@ -107,6 +112,20 @@ class _Graph:
 
     def run(self, encoded: dict[str, Any]) -> Any:
         return self.session.run(None, {name: encoded[name] for name in self.inputs})[0]
+
+    def run_by_length(self, texts: Sequence[str], pairs: Sequence[str] | None, batch_size: int) -> Any:
+        """The outputs for `texts` (paired with `pairs`), in their order, run longest first in batches of
+        `batch_size`: each batch is padded only to its own longest, so short texts do not pay for a long one."""
+        size = [len(t) + (len(pairs[i]) if pairs is not None else 0) for i, t in enumerate(texts)]
+        order = sorted(range(len(texts)), key=lambda i: -size[i])
+        out: Any = None
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            got = self.run(self.encode([texts[i] for i in batch], [pairs[i] for i in batch] if pairs else None))
+            if out is None:
+                out = np.zeros((len(texts), *got.shape[1:]), dtype=got.dtype)
+            out[batch] = got
+        return out
 
 
 def _torch_module(model_dir: Path, kind: str) -> Any:
@@ -200,7 +219,8 @@ class OnnxEmbedder(PrefixedEmbedder):
     """An `Embedder` on ONNX Runtime, equal to `SentenceTransformerEmbedder` on the same model to within 1e-4.
 
     Texts are sorted by length and padded per batch, as sentence-transformers does, and cut at the model's
-    `max_seq_length` (256 tokens for MiniLM).
+    `max_seq_length` (256 tokens for MiniLM). `int8` quantises the weights (not equal to torch then; used by
+    `benchmarks/rerank_window.py` to see what int8 does to a MiniLM's ranking).
 
     Example:
         >>> e = OnnxEmbedder(PACKAGED_MODEL, cache=Path("data/models"))  # doctest: +SKIP
@@ -217,26 +237,27 @@ class OnnxEmbedder(PrefixedEmbedder):
         query_prefix: str = "",
         document_prefix: str = "",
         threads: int | None = None,
+        int8: bool = False,
     ) -> None:
         config = Path(resolve_model_path(model)) / "sentence_bert_config.json"
         max_tokens = int(json.loads(config.read_text()).get("max_seq_length", 512)) if config.exists() else 512
-        self._graph = _Graph(model, "embedding", cache, threads, max_tokens)
+        self._graph = _Graph(model, "embedding", cache, threads, max_tokens, int8=int8)
         self._batch_size = batch_size
         dimension = int(self._graph.run(self._graph.encode(["dimension"])).shape[1])
         super().__init__(model, dimension, query_prefix, document_prefix)
 
     def _encode(self, texts: list[str]) -> Matrix:
-        out = np.zeros((len(texts), self._dimension), dtype=np.float32)
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        for start in range(0, len(order), self._batch_size):
-            batch = order[start : start + self._batch_size]
-            out[batch] = self._graph.run(self._graph.encode([texts[i] for i in batch]))
+        if not texts:
+            return np.zeros((0, self._dimension), dtype=np.float32)
+        out: Matrix = self._graph.run_by_length(texts, None, self._batch_size)
         return out
 
 
 class OnnxCrossEncoder:
     """A `Reranker` on ONNX Runtime: a one-label cross-encoder's logit through a sigmoid, as sentence-transformers
-    scores it. A pair longer than `max_tokens` is cut longest side first: the passage, while it is the longer.
+    scores it. With `analyser` (the keyword search's analysis) a passage too long for `max_tokens` is cut around the
+    query's terms (`PassageWindow`); a pair still too long is cut longest side first: the passage, while it is the
+    longer.
 
     Example:
         >>> r = OnnxCrossEncoder("cross-encoder/ms-marco-MiniLM-L-6-v2", cache=Path("data/models"))  # doctest: +SKIP
@@ -253,10 +274,12 @@ class OnnxCrossEncoder:
         concurrency: int = 1,
         threads: int | None = None,
         int8: bool = False,
+        analyser: Tokenizer | None = None,
     ) -> None:
         self._name = model
         self._graph = _Graph(model, "cross-encoder", cache, threads, max_tokens, int8=int8)
         self._slots = threading.BoundedSemaphore(concurrency)
+        self._window = PassageWindow(self._graph.tokenizer, analyser, max_tokens) if analyser else None
         labels = self._graph.run(self._graph.encode(["q"], ["p"])).shape[1]
         if labels != 1:
             raise PlumblineError(f"the reranker {model!r} has {labels} labels; a cross-encoder for reranking has one")
@@ -268,7 +291,7 @@ class OnnxCrossEncoder:
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         if not passages:
             return []
-        encoded = self._graph.encode([query] * len(passages), passages)
+        texts = self._window.fit(query, passages) if self._window else passages
         with self._slots:
-            logits = self._graph.run(encoded)
+            logits = self._graph.run_by_length([query] * len(texts), texts, _RERANK_BATCH)
         return [float(s) for s in 1.0 / (1.0 + np.exp(-logits[:, 0]))]

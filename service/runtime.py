@@ -52,7 +52,7 @@ from service.sparse import Bm25Params
 from service.state import StateStore, open_state
 from service.state.audit import AuditRecords
 from service.stores.base import VectorStore
-from service.tokenizer import TokenizerConfig
+from service.tokenizer import Tokenizer, TokenizerConfig
 
 if TYPE_CHECKING:
     from service.stores.qdrant import QdrantOptions
@@ -116,6 +116,7 @@ def build_reranker(settings: Settings) -> Reranker | None:
     if not model:
         return None
     s, cache = settings, _onnx(settings)
+    analyser = Tokenizer(tokenizer_config(s)) if s.rerank_focus else None
     if cache is not None:
         return OnnxCrossEncoder(
             model,
@@ -124,10 +125,20 @@ def build_reranker(settings: Settings) -> Reranker | None:
             concurrency=s.rerank_concurrency,
             threads=s.torch_threads,
             int8=s.rerank_int8,
+            analyser=analyser,
         )
     return CrossEncoderReranker(
-        model, max_tokens=s.rerank_max_tokens, concurrency=s.rerank_concurrency, device=model_device(s)
+        model,
+        max_tokens=s.rerank_max_tokens,
+        concurrency=s.rerank_concurrency,
+        device=model_device(s),
+        analyser=analyser,
     )
+
+
+def tokenizer_config(settings: Settings) -> TokenizerConfig:
+    """The keyword search's analysis as configured: the index's (its manifest must agree) and the rerank window's."""
+    return TokenizerConfig(stemmer=settings.stemmer, stopwords=settings.stopwords)
 
 
 def build_store(settings: Settings) -> VectorStore:
@@ -389,7 +400,7 @@ class Runtime:
             store,
             embedder,
             Chunker(ChunkerConfig(s.chunk_size, s.chunk_overlap)),
-            TokenizerConfig(stemmer=s.stemmer, stopwords=s.stopwords),
+            tokenizer_config(s),
             Bm25Params(k1=s.bm25_k1, b=s.bm25_b, avg_len=s.bm25_avg_len or 1.0),
             measure_avg_len=s.bm25_avg_len is None,
             limits=IndexLimits(s.max_batch_documents, s.max_document_chars),

@@ -60,7 +60,17 @@ class Settings(BaseSettings):
     query_prefix: str = ""
     document_prefix: str = ""
     rerank_model: str | None = None
-    rerank_max_tokens: int = Field(256, ge=16, le=1024)
+    rerank_max_tokens: int = Field(
+        128,
+        ge=16,
+        le=1024,
+        description="the most tokens of a (query, passage) pair the cross-encoder reads: its cost grows with them",
+    )
+    rerank_focus: bool = Field(
+        True,
+        description="cut a passage too long for rerank_max_tokens around the query's terms, its title and heading path "
+        "kept; false: cut at its end",
+    )
     rerank_concurrency: int = Field(1, ge=1, le=16)
     rerank_int8: bool = Field(
         False,

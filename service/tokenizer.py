@@ -83,6 +83,35 @@ class Tokenizer:
                 out.append(next_stem())
         return out
 
+    def matches(self, text: str, terms: Collection[str]) -> list[tuple[int, int, str]]:
+        """Each word, CJK character and CJK character pair of `text` whose term is among `terms`: its start and end
+        character offsets and the term, in the text's order (a pair's entry follows its first character's).
+
+        Example:
+            >>> t = Tokenizer(TokenizerConfig())
+            >>> t.matches("Refunds for the annual plans", t.tokens("refund a plan"))
+            [(0, 7, 'refund'), (23, 28, 'plan')]
+        """
+        wanted = set(terms)
+        found: list[tuple[int, int, str]] = []
+        for match in _TOKEN_RE.finditer(text):
+            cjk, word = match.groups()
+            if word:
+                end = match.end()
+                while end < len(text) and unicodedata.combining(text[end]):  # a decomposed accent ends no word
+                    end += 1
+                terms_here = sorted(wanted.intersection(self.tokens(text[match.start() : end])))
+                found.extend((match.start(), end, term) for term in terms_here)
+                continue
+            chars = [unicodedata.normalize("NFKC", c).casefold() for c in cjk]
+            for i, char in enumerate(chars):
+                at = match.start() + i
+                if char in wanted:
+                    found.append((at, at + 1, char))
+                if self.config.cjk_bigrams and i + 1 < len(chars) and char + chars[i + 1] in wanted:
+                    found.append((at, at + 2, char + chars[i + 1]))
+        return found
+
     def spans(self, text: str, terms: Collection[str]) -> list[tuple[int, int]]:
         """Where in `text` (start and end character offsets, merged when they touch) the words, CJK characters and
         CJK character pairs are whose terms are among `terms`: what a keyword match on those terms matched.
@@ -92,26 +121,8 @@ class Tokenizer:
             >>> t.spans("Refunds for the annual plans", t.tokens("refund a plan"))
             [(0, 7), (23, 28)]
         """
-        wanted = set(terms)
-        found: list[tuple[int, int]] = []
-        for match in _TOKEN_RE.finditer(text):
-            cjk, word = match.groups()
-            if word:
-                end = match.end()
-                while end < len(text) and unicodedata.combining(text[end]):  # a decomposed accent ends no word
-                    end += 1
-                if wanted.intersection(self.tokens(text[match.start() : end])):
-                    found.append((match.start(), end))
-                continue
-            chars = [unicodedata.normalize("NFKC", c).casefold() for c in cjk]
-            for i, char in enumerate(chars):
-                at = match.start() + i
-                if char in wanted:
-                    found.append((at, at + 1))
-                if self.config.cjk_bigrams and i + 1 < len(chars) and char + chars[i + 1] in wanted:
-                    found.append((at, at + 2))
         merged: list[tuple[int, int]] = []
-        for start, end in sorted(found):
+        for start, end, _ in sorted(self.matches(text, terms)):
             if merged and start <= merged[-1][1]:
                 merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
             else:

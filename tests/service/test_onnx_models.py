@@ -57,6 +57,14 @@ def test_onnx_cross_encoder_scores_equal_sentence_transformers(tiny_cross_encode
     assert short.score("vpn error code", [long]) == pytest.approx(short.score("vpn error code", ["vpn " * 11]))
 
 
+def test_pairs_run_in_batches_by_length_and_keep_their_order(tiny_cross_encoder: Path, tmp_path: Path) -> None:
+    onnx = OnnxCrossEncoder(str(tiny_cross_encoder), cache=tmp_path)
+    passages = ["vpn " * n + "error code" for n in (1, 40, 3, 90, 7, 2, 60, 5, 11)]  # three batches, lengths mixed
+    alone = [onnx.score("vpn error", [p])[0] for p in passages]
+    assert len(set(alone)) == len(passages)
+    assert onnx.score("vpn error", passages) == pytest.approx(alone, abs=1e-6)
+
+
 def test_the_export_is_cached_and_checked(
     tiny_cross_encoder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -83,6 +91,16 @@ def test_settings_choose_the_runtime(tiny_cross_encoder: Path, tmp_path: Path) -
     assert isinstance(build_reranker(torch), CrossEncoderReranker)
     assert isinstance(build_embedder(torch), SentenceTransformerEmbedder)
     assert model_device(onnx) == "cpu"
+    # the rerank window is on by default: a long passage is scored cut around "vpn error", not at its end
+    passage = "plan\n\n" + "the a of to and in is " * 6 + "vpn error code " + "laptop leave " * 12
+    short = {"rerank_max_tokens": 24}
+    focused = build_reranker(onnx.model_copy(update=short))
+    at_end = build_reranker(onnx.model_copy(update={**short, "rerank_focus": False}))
+    assert focused is not None
+    assert at_end is not None
+    cut = OnnxCrossEncoder(str(tiny_cross_encoder), cache=tmp_path / "m", max_tokens=24)
+    assert at_end.score("vpn error", [passage]) == cut.score("vpn error", [passage])
+    assert focused.score("vpn error", [passage]) != pytest.approx(cut.score("vpn error", [passage]), abs=1e-6)
 
 
 def test_cuda_without_a_gpu_is_a_start_up_error(tmp_path: Path) -> None:

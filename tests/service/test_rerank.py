@@ -1,16 +1,22 @@
-"""Rerank through the real loader: a tiny random BERT cross-encoder saved to disk by `transformers`."""
+"""Rerank through the real loader: a tiny random BERT cross-encoder saved to disk by `transformers`; the window that
+fits a long passage, with the packaged MiniLM's tokenizer."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from service.domain import Hit
+from service.embedding import resolve_model_path
 from service.index import Index
+from service.onnx_models import OnnxCrossEncoder
 from service.pipeline import SearchParams, SearchPipeline
-from service.rerank import CrossEncoderReranker
+from service.rerank import CrossEncoderReranker, PassageWindow
+from service.settings import PACKAGED_MODEL
+from service.tokenizer import Tokenizer, TokenizerConfig
 
 QUERY = "vpn error code"
 
@@ -85,3 +91,72 @@ def test_hits_beyond_the_rerank_depth_keep_the_fused_order(
     assert ["rerank" in h.stages for h in reranked.hits[4:]] == [False] * 6
     # beyond the depth a hit keeps its fusion score
     assert [h.score for h in reranked.hits[4:]] == [h.score for h in fused[4:]]
+
+
+@pytest.fixture(scope="module")
+def minilm_tokenizer() -> Any:
+    from tokenizers import Tokenizer as ModelTokenizer
+
+    return ModelTokenizer.from_file(f"{resolve_model_path(PACKAGED_MODEL)}/tokenizer.json")
+
+
+def _pair_tokens(model: Any, query: str, passage: str) -> int:
+    model.no_truncation()
+    model.no_padding()
+    return len(model.encode(query, passage).ids)
+
+
+FILLER = "The committee met on Tuesday and discussed the agenda. " * 12  # no word of the queries below
+ANSWER = "Refunds are granted within 30 days of an annual payment."
+
+
+def test_a_long_passage_is_cut_around_the_query_terms_keeping_its_title(minilm_tokenizer: Any) -> None:
+    window = PassageWindow(minilm_tokenizer, Tokenizer(TokenizerConfig()), max_tokens=64)
+    passage = f"Billing\nAnnual plans\n\n{FILLER}{ANSWER} {FILLER}"
+    [cut] = window.fit("refund for a yearly payment", [passage])
+    head, body = cut.split("\n\n")
+    assert head == "Billing\nAnnual plans"  # the title and heading path kept whole
+    assert ANSWER[:-1] in body  # the stretch with the query's terms (stemmed: refunds -> refund, payment)
+    assert body in passage  # one stretch of the text, not stitched pieces
+    assert 56 <= _pair_tokens(minilm_tokenizer, "refund for a yearly payment", cut) <= 64  # the room, used
+    start = passage.index(ANSWER) - body.index(ANSWER)  # the answer occurs once
+    assert passage[start : start + len(body)] == body
+    assert passage[start - 1] == " "
+    assert passage[start + len(body)] == " "
+    assert body.index(ANSWER) > 20  # centred: words before the answer too
+
+
+def test_a_passage_that_fits_or_matches_nothing_is_kept_or_cut_at_its_end(minilm_tokenizer: Any) -> None:
+    window = PassageWindow(minilm_tokenizer, Tokenizer(TokenizerConfig()), max_tokens=64)
+    short = f"Billing\n\n{ANSWER}"
+    long = f"Billing\n\n{FILLER}{ANSWER}"
+    kept, cut = window.fit("password reset", [short, long])
+    assert kept == short
+    assert long.startswith(cut.rstrip())  # no query term anywhere: the beginning, as plain truncation keeps
+    assert _pair_tokens(minilm_tokenizer, "password reset", cut) <= 64
+
+
+def test_the_window_reads_cjk_and_drops_a_title_too_long_to_keep(minilm_tokenizer: Any) -> None:
+    window = PassageWindow(minilm_tokenizer, Tokenizer(TokenizerConfig()), max_tokens=40)
+    passage = "退款说明\n\n" + "会议在星期二举行。" * 20 + "年度套餐可以退款。" + "会议在星期二举行。" * 20
+    [cut] = window.fit("退款", [passage])
+    assert cut.startswith("退款说明\n\n")
+    assert "可以退款" in cut.split("\n\n")[1]
+    long_title = " ".join(["Handbook"] * 40) + "\n\n" + FILLER + ANSWER
+    [cut] = window.fit("refund", [long_title])
+    assert "\n\n" not in cut
+    assert "Refunds" in cut
+
+
+def test_the_rerankers_score_the_cut_passage(tiny_cross_encoder: Path, tmp_path: Path) -> None:
+    analyser = Tokenizer(TokenizerConfig())
+    focused = OnnxCrossEncoder(str(tiny_cross_encoder), cache=tmp_path, max_tokens=24, analyser=analyser)
+    plain = OnnxCrossEncoder(str(tiny_cross_encoder), cache=tmp_path, max_tokens=24)
+    torch = CrossEncoderReranker(str(tiny_cross_encoder), max_tokens=24, analyser=analyser)
+    passage = "plan\n\n" + "the a of to and in is for on with " * 5 + "vpn error code " + "laptop leave " * 10
+    window = PassageWindow(plain._graph.tokenizer, analyser, 24)
+    [cut] = window.fit("vpn error", [passage])
+    assert "vpn error code" in cut
+    assert focused.score("vpn error", [passage]) == pytest.approx(plain.score("vpn error", [cut]), abs=1e-6)
+    assert focused.score("vpn error", [passage]) != pytest.approx(plain.score("vpn error", [passage]), abs=1e-6)
+    assert torch.score("vpn error", [passage]) == pytest.approx(focused.score("vpn error", [passage]), abs=1e-5)
