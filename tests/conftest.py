@@ -80,7 +80,10 @@ def handbook_index(
 
 @pytest.fixture(scope="session")
 def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A randomly initialised 2-layer BERT cross-encoder saved like a real one (config, weights, tokenizer)."""
+    """A randomly initialised 2-layer BERT cross-encoder saved like a real one (config, weights, tokenizer). Seeded,
+    so every run has the same model, and initialised ten times wider than BERT's default: its scores then differ
+    between inputs in the second or third decimal, not the seventh, and a test can tell two passages apart."""
+    import torch
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
     folder = tmp_path_factory.mktemp("tiny-cross-encoder")
@@ -98,6 +101,8 @@ def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
         intermediate_size=64,
         max_position_embeddings=512,
         num_labels=1,
+        initializer_range=0.2,
     )
+    torch.manual_seed(0)
     BertForSequenceClassification(config).save_pretrained(folder)
     return folder

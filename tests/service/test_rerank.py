@@ -157,6 +157,8 @@ def test_the_rerankers_score_the_cut_passage(tiny_cross_encoder: Path, tmp_path:
     window = PassageWindow(plain._graph.tokenizer, analyser, 24)
     [cut] = window.fit("vpn error", [passage])
     assert "vpn error code" in cut
-    assert focused.score("vpn error", [passage]) == pytest.approx(plain.score("vpn error", [cut]), abs=1e-6)
-    assert focused.score("vpn error", [passage]) != pytest.approx(plain.score("vpn error", [passage]), abs=1e-6)
+    # exact comparisons: the same tokens through the same graph give the same float; the random tiny model's scores
+    # of different inputs may differ only in the 7th decimal
+    assert focused.score("vpn error", [passage]) == plain.score("vpn error", [cut])
+    assert focused.score("vpn error", [passage]) != plain.score("vpn error", [passage])
     assert torch.score("vpn error", [passage]) == pytest.approx(focused.score("vpn error", [passage]), abs=1e-5)
