@@ -3,6 +3,7 @@ and 100k chunks, the non-embedding part of a search, and searches and liveness w
 
     python benchmarks/speed.py              # about 30 minutes on 2 cores
     python benchmarks/speed.py --quick      # smaller samples, for a smoke run
+    python benchmarks/speed.py --million    # only hybrid at 1M chunks against 100k (about 25 minutes, 8 GB of memory)
 
 It ends with one line of `name=value` pairs for scripts (`hybrid_p50_ms_100k`, `pipeline_overhead_ms_100k`, ...).
 
@@ -464,10 +465,53 @@ def rerank_model(folder: Path) -> str:
     return str(folder)
 
 
+def million(tmp: Path, chunks: list[tuple[Document, Chunk]], queries: Sequence[str]) -> float:
+    """Hybrid over HTTP at 1M chunks against 100k in the same run (random dense vectors, real BM25 text), with the
+    bare engine's scan and the time to write and optimise each index; returns the 1M p50 (ms)."""
+    models = {"PLUMBLINE_MODEL_CACHE": str(tmp / "models")}
+    embedder = OnnxEmbedder(PACKAGED_MODEL, cache=tmp / "models")
+    vectors, dimension = embedder.embed_queries(list(queries)), embedder.dimension
+    rows = []
+    for n in (100_000, 1_000_000):
+        data_dir = tmp / f"n{n}"
+        store = EdgeStore(data_dir / "index")
+        store.ensure_schema(dimension)
+        start = time.perf_counter()
+        fill_random(store, chunks, n, dimension)
+        store.close()  # flushed and optimised
+        built = time.perf_counter() - start
+        floor, _, _ = engine_floor(data_dir / "index", vectors)
+        url, stop = serve(data_dir, "", env=models)
+        try:
+            p50, p95, stages = latency(url, queries, MODES["hybrid"])
+        finally:
+            stop()
+        rows.append((n, built, floor, p50, p95, stages))
+        print(f"[{n:,} chunks written in {built:.0f} s]", file=sys.stderr)
+    print(f"\n### Hybrid at 1M chunks against 100k, {len(queries)} SciFact queries, HTTP, p50 ms\n")
+    print(
+        "| chunks | written + optimised s | bare dense scan | hybrid p50 (HTTP) | p95 | pipeline | retrieve | vs 100k |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for n, built, floor, p50, p95, stages in rows:
+        print(
+            f"| {n:,} | {built:.0f} | {floor:.1f} | {p50:.1f} | {p95:.1f} | {stages['total']:.1f} | "
+            f"{stages.get('retrieve', 0.0):.1f} | {p50 / rows[0][3]:.2f} |"
+        )
+    return rows[1][3]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--million", action="store_true", help="only hybrid at 1M chunks against 100k")
     args = p.parse_args()
+    if args.million:
+        tmp = Path(tempfile.mkdtemp(prefix="plumbline-speed-"))
+        queries = list(read_queries(SCIFACT / "queries.jsonl").values())[:150]
+        p50 = million(tmp, scifact_chunks(400), queries)
+        print(f"\nhybrid_p50_ms_1m={p50:.2f}")
+        return
     n_queries = 30 if args.quick else 150
     tmp = Path(tempfile.mkdtemp(prefix="plumbline-speed-"))
     models = {"PLUMBLINE_MODEL_CACHE": str(tmp / "models")}
@@ -550,6 +594,7 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for n, q8, f32, overlap in scans:
         print(f"| {n:,} | {q8:.1f} | {f32:.1f} | {q8 / f32:.2f} | {overlap:.4f} |")
+    # 1M chunks take a run of their own: --million
     print("\n" + " ".join(f"{k}={v:.2f}" for k, v in summary.items()) + " hybrid_p50_ms_1m=not_measured")
 
 
