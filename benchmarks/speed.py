@@ -35,6 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import threading
+from collections import Counter
 
 import httpx
 import numpy as np
@@ -334,6 +335,7 @@ def fill_random(store: EdgeStore, chunks: list[tuple[Document, Chunk]], n: int, 
     encoder = Bm25Encoder(Tokenizer(TokenizerConfig()), Bm25Params(avg_len=80.0))
     rng = np.random.default_rng(0)
     sparse = [encoder.encode_document(c.embed_text) for _, c in chunks]
+    per_doc = Counter(d.id for d, _ in chunks)  # the record's chunk count, as the integrity check verifies
     for start in range(0, n, 4096):
         points = []
         vectors = rng.normal(size=(min(4096, n - start), dim)).astype(np.float32)
@@ -358,7 +360,8 @@ def fill_random(store: EdgeStore, chunks: list[tuple[Document, Chunk]], n: int, 
                 )
             )
             if chunk.ordinal == 0:
-                points.append(StorePoint(document_point_id(copy.id, 1), document_payload(copy, 1, 1, "bench")))
+                record = document_payload(copy, 1, per_doc[doc.id], "bench")
+                points.append(StorePoint(document_point_id(copy.id, 1), record))
                 points.append(StorePoint(head_point_id(copy.id), head_payload(copy, 1, "bench", None)))  # commit
         store.upsert(points)
 
@@ -388,6 +391,9 @@ def serve(
             if proc.poll() is not None:
                 raise RuntimeError(f"the server exited with {proc.returncode}")
             time.sleep(0.5)
+        else:
+            proc.kill()
+            raise RuntimeError(f"the server on {data_dir} was not ready after 5 minutes")
 
     def stop() -> None:
         proc.terminate()

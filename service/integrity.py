@@ -105,7 +105,7 @@ def check(store: VectorStore, *, grace: float = 0.0, manifest: str | None = None
         if committed.get(key[0]) != key[1] and (key[1] < committed.get(key[0], 0) or key[1] < now_gen)
         for point in ids
     ]
-    damaged = sorted(d for d, gen in committed.items() if records.get((d, gen)) != chunks.get((d, gen), 0))
+    damaged = {d for d, gen in committed.items() if records.get((d, gen)) != chunks.get((d, gen), 0)}
     wanted = supersession.effective({**h, "tenant": tenants.get((d, committed[d]))} for d, h in heads.items())
     wrong = {
         doc_id: want
@@ -116,7 +116,7 @@ def check(store: VectorStore, *, grace: float = 0.0, manifest: str | None = None
             or statuses.get((doc_id, committed[doc_id]), {want}) != {want}
         )
     }
-    return Report(points, len(heads), tuple(unreadable), tuple(leftovers), tuple(damaged), wrong, manifest)
+    return Report(points, len(heads), tuple(unreadable), tuple(leftovers), tuple(sorted(damaged)), wrong, manifest)
 
 
 def repair(store: VectorStore, report: Report, *, everything: bool = True) -> list[str]:
