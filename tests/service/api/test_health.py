@@ -87,6 +87,11 @@ def test_internal_errors_are_counted_as_500(tmp_path: Path) -> None:
     )
     with TestClient(app, raise_server_exceptions=False) as client:
         assert app.state.runtime.wait(timeout=30)
-        assert client.post("/search", json={"query": "vpn"}).status_code == 500
+        r = client.post("/search", json={"query": "vpn"}, headers={"X-Request-ID": "req-7"})
         text = client.get("/metrics").text
+    # answered by the service's own handler: its message, the request's id, and the headers every response carries
+    assert r.status_code == 500
+    assert r.json()["detail"].startswith("internal error: the service could not handle this request")
+    assert r.headers["X-Request-ID"] == "req-7"
+    assert r.headers["X-Content-Type-Options"] == "nosniff"
     assert 'plumbline_http_requests_total{endpoint="/search",method="POST",status="500"} 1.0' in text
