@@ -68,7 +68,7 @@ from service.tokenizer import Tokenizer, TokenizerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
-MODES = {
+MODES: dict[str, dict[str, object]] = {
     "keyword": {"mode": "keyword"},
     "dense": {"mode": "dense"},
     "hybrid": {"mode": "hybrid"},
@@ -572,6 +572,10 @@ def main() -> None:
             url, stop = serve(settings.data_dir, "", env={**models, "PLUMBLINE_ENCODER_RUNTIME": "torch"})
             p50, p95, stages = latency(url, queries, MODES["hybrid"])
             rows.append((points, kind, "hybrid, query embedded by torch (before)", p50, p95, stages["total"]))
+            stop()
+            url, stop = serve(settings.data_dir, reranker_path, env={**models, "PLUMBLINE_RERANK_INT8": "true"})
+            p50, p95, stages = latency(url, queries[: max(10, n_queries // 5)], MODES["hybrid+rerank (depth 20)"])
+            rows.append((points, kind, "hybrid+rerank (depth 20), int8 weights", p50, p95, stages["total"]))
             stop()
             total, embed, engine, own = overhead(settings.data_dir / "index", embedder, queries)
             summary["pipeline_overhead_ms_100k"] = own
