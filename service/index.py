@@ -149,7 +149,9 @@ class Index:
         self._last_gen = 0
         store.ensure_schema(embedder.dimension)
         self._wanted = Manifest(embedder.name, embedder.dimension, tokenizer, bm25)
-        self._settings_json: str | None = None  # the settings' part of every fingerprint (`_fingerprint`)
+        # the settings' part of every fingerprint (`_fingerprint`), serialised once: chunker and manifest never change
+        both = json.dumps([asdict(chunker.config), asdict(self._wanted)], sort_keys=True, default=str)
+        self._settings_json = both[1:-1]
         self._measure = measure_avg_len
         self.manifest: Manifest | None = None
         self.encoder = Bm25Encoder(Tokenizer(tokenizer), bm25)
@@ -465,11 +467,7 @@ class Index:
     def _fingerprint(self, doc: Document) -> str:
         """SHA-256 of `json.dumps([asdict(doc), asdict(chunker config), asdict(wanted manifest)], sort_keys=True,
         default=str)`, with the settings' part serialised once (the same text: a list's items join with ", ")."""
-        settings = self._settings_json
-        if settings is None:
-            both = json.dumps([asdict(self.chunker.config), asdict(self._wanted)], sort_keys=True, default=str)
-            settings = self._settings_json = both[1:-1]
-        blob = f"[{json.dumps(asdict(doc), sort_keys=True, default=str)}, {settings}]"
+        blob = f"[{json.dumps(asdict(doc), sort_keys=True, default=str)}, {self._settings_json}]"
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def _records(self, ids: list[str]) -> dict[str, _Record]:

@@ -121,7 +121,8 @@ class _Graph:
         out: Any = None
         for start in range(0, len(order), batch_size):
             batch = order[start : start + batch_size]
-            got = self.run(self.encode([texts[i] for i in batch], [pairs[i] for i in batch] if pairs else None))
+            paired = [pairs[i] for i in batch] if pairs is not None else None
+            got = self.run(self.encode([texts[i] for i in batch], paired))
             if out is None:
                 out = np.zeros((len(texts), *got.shape[1:]), dtype=got.dtype)
             out[batch] = got

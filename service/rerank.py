@@ -75,7 +75,7 @@ class PassageWindow:
         width = room - head
         term_at: list[str | None] = [None] * n
         i = 0
-        for start, end, term in sorted(self._analyser.matches(passage, terms)):
+        for start, end, term in self._analyser.matches(passage, terms):  # in the text's order
             while i < n and offsets[i][1] <= start:
                 i += 1
             j = i

@@ -114,7 +114,8 @@ class Observe:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        rid = logs.new_request_id(Headers(scope=scope).get("x-request-id"))
+        request_headers = Headers(scope=scope)
+        rid = logs.new_request_id(request_headers.get("x-request-id"))
         token = logs.request_id.set(rid)
         status = 500
         started = False
@@ -132,7 +133,7 @@ class Observe:
             await send(message)
 
         try:
-            length = Headers(scope=scope).get("content-length")
+            length = request_headers.get("content-length")
             if length and length.isdigit() and int(length) > self.limit:
                 detail = f"request body is {length} bytes; the limit is {self.limit}: send smaller batches"
                 await JSONResponse({"detail": detail}, status_code=413)(scope, receive, send_stamped)
