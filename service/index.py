@@ -193,12 +193,13 @@ class Index:
                 if not chunks:
                     raise InvalidRequest(f"document {doc.id!r} has no text to index after parsing")
             self._reserve_space(self._disk_estimate(chunked))  # before the model's work, which would be wasted
-            manifest = self.manifest or self._measured([c for _, cs in chunked for c in cs])
+            terms = [self.encoder.tokenizer.tokens(c.embed_text) for _, chunks in chunked for c in chunks]
+            manifest = self.manifest or self._measured(terms)
             encoder = Bm25Encoder(self.encoder.tokenizer, manifest.bm25)
             gen = self._next_generation()
             ids = tuple(d.id for d in todo)
             superseded_by = self._superseders(todo)
-            points, records = self._encode(chunked, fingerprints, gen, encoder, superseded_by)
+            points, records = self._encode(chunked, terms, fingerprints, gen, encoder, superseded_by)
             if self.manifest is None:
                 records.append(StorePoint(MANIFEST_ID, {"kind": "manifest", **asdict(manifest)}))
             heads = [
@@ -424,12 +425,14 @@ class Index:
     def _encode(
         self,
         chunked: list[tuple[Document, list[Chunk]]],
+        terms: list[list[str]],
         fingerprints: dict[str, str],
         gen: int,
         encoder: Bm25Encoder,
         superseded_by: dict[str, str],
     ) -> tuple[list[StorePoint], list[StorePoint]]:
-        """Chunk points (embedded and BM25-encoded) and the documents' record points."""
+        """Chunk points (embedded, and BM25-encoded from `terms`, each chunk's in order) and the documents' record
+        points."""
         flat = [(doc, chunk) for doc, chunks in chunked for chunk in chunks]
         # one call for the whole batch: the model sorts texts by length, so padding is least this way
         vectors = self.embedder.embed_documents([c.embed_text for _, c in flat])
@@ -438,9 +441,9 @@ class Index:
                 id=chunk_point_id(chunk.chunk_id, gen),
                 payload=chunk_payload(doc, chunk, gen, superseded_by.get(doc.id)),
                 dense=vector.tolist(),
-                sparse=encoder.encode_document(chunk.embed_text),
+                sparse=encoder.encode_terms(chunk_terms),
             )
-            for (doc, chunk), vector in zip(flat, vectors, strict=True)
+            for (doc, chunk), vector, chunk_terms in zip(flat, vectors, terms, strict=True)
         ]
         records = [
             StorePoint(
@@ -498,12 +501,12 @@ class Index:
             schema_version=int(p["schema_version"]),
         )
 
-    def _measured(self, first_chunks: list[Chunk]) -> Manifest:
-        """The manifest the first batch fixes: the settings, with the mean chunk length measured on it."""
+    def _measured(self, first_terms: list[list[str]]) -> Manifest:
+        """The manifest the first batch fixes: the settings, with the mean chunk length (in terms) measured on it."""
         if not self._measure:
             return self._wanted
-        lengths = [len(self.encoder.tokenizer.tokens(c.embed_text)) for c in first_chunks]
-        return replace(self._wanted, bm25=replace(self._wanted.bm25, avg_len=max(1.0, sum(lengths) / len(lengths))))
+        mean = sum(map(len, first_terms)) / len(first_terms)
+        return replace(self._wanted, bm25=replace(self._wanted.bm25, avg_len=max(1.0, mean)))
 
 
 def _document_records(where: Clause) -> Clause:

@@ -54,16 +54,18 @@ class Bm25Encoder:
         self.params = params
 
     def encode_document(self, text: str) -> SparseVector:
-        counts = self._term_counts(text)
+        return self.encode_terms(self.tokenizer.tokens(text))
+
+    def encode_terms(self, terms: list[str]) -> SparseVector:
+        """A document's vector from its terms as `Tokenizer.tokens` gives them (an ingest tokenizes each chunk once:
+        the first batch of an index also measures its mean length from them)."""
+        counts = Counter(map(term_id, terms))
         k1, b, avg_len = self.params.k1, self.params.b, self.params.avg_len
         norm = k1 * (1 - b + b * sum(counts.values()) / avg_len)
         return _vector({tid: tf * (k1 + 1) / (tf + norm) for tid, tf in counts.items()})
 
     def encode_query(self, text: str) -> SparseVector:
-        return _vector({tid: float(tf) for tid, tf in self._term_counts(text).items()})
-
-    def _term_counts(self, text: str) -> Counter[int]:
-        return Counter(term_id(t) for t in self.tokenizer.tokens(text))
+        return _vector({tid: float(tf) for tid, tf in Counter(map(term_id, self.tokenizer.tokens(text))).items()})
 
 
 def _vector(weights: dict[int, float]) -> SparseVector:

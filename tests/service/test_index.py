@@ -248,6 +248,24 @@ def test_title_defaults_to_first_heading_or_id(store: EdgeStore) -> None:
     assert index.get("plain").document.title == "plain"
 
 
+def test_the_first_batch_fixes_the_mean_chunk_length_and_encodes_with_it(store: EdgeStore) -> None:
+    index = make_index(store)
+    index.ingest([V1, OTHER])
+    chunks = [c for d in (V1, OTHER) for c in index.chunker.chunk(d)]
+    terms = [index.encoder.tokenizer.tokens(c.embed_text) for c in chunks]
+    assert index.manifest is not None
+    assert index.manifest.bm25.avg_len == pytest.approx(sum(map(len, terms)) / len(terms))
+    assert index.manifest.bm25.avg_len != Bm25Params().avg_len
+    points, _ = store.dump(None, 100)
+    stored = {p.payload["text"]: p.sparse for p in points if p.payload["kind"] == "chunk"}
+    assert len(stored) == len(chunks) > 2
+    for c in chunks:  # the engine keeps float32 weights
+        want, got = index.encoder.encode_document(c.embed_text), stored[c.text]
+        assert got is not None
+        assert got.indices == want.indices
+        assert got.values == pytest.approx(want.values, rel=1e-6)
+
+
 def test_manifest_guards_against_another_model(tmp_path: Path) -> None:
     s = EdgeStore(tmp_path / "index")
     index = make_index(s)
