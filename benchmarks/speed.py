@@ -316,35 +316,47 @@ def load(
 
 
 def during_ingest(
-    url: str, data_dir: Path, queries: Sequence[str], docs: list[Document], seconds: float, env: dict[str, str]
+    data_dir: Path, queries: Sequence[str], docs: list[Document], seconds: float, env: dict[str, str]
 ) -> dict[str, float]:
-    """Searches and liveness while nothing is written, while this server ingests, and while another server process
-    (its own data directory, so its own GIL) ingests the same documents on the same two cores: what the writes cost
-    through the process against what they cost through the CPU. Open loop at `RATE`/s (a load the server keeps up
-    with) and closed loop (saturated). p50/p99 in ms; the summary takes the open loop."""
+    """Searches on a server over `data_dir` and its liveness while nothing is written, while it ingests, while it
+    ingests with documents embedded in the query session (`PLUMBLINE_INGEST_NICE=0`, before), and while another
+    server process (its own data directory, so its own GIL) ingests the same documents on the same two cores: what
+    the writes cost through the process against what they cost through the CPU. Open loop at `RATE`/s (a load the
+    server keeps up with) and closed loop (saturated). p50/p99 in ms; the summary takes the open loop."""
     out: dict[str, float] = {}
     rows: list[tuple[str, str, list[float], list[float]]] = []
-    other_url, stop_other = serve(data_dir.with_name(f"{data_dir.name}-writer"), "", env=env)
-    other_nice, stop_nice = serve(data_dir.with_name(f"{data_dir.name}-writer-nice"), "", env=env, nice=19)
+    servers = {
+        "this": serve(data_dir, "", env=env),
+        "another": serve(data_dir.with_name(f"{data_dir.name}-writer"), "", env=env),
+        "nice": serve(data_dir.with_name(f"{data_dir.name}-writer-nice"), "", env=env, nice=19),
+    }
     cases = [
-        ("idle", "", ()),
-        ("ingest into this server", url, docs),
-        ("ingest into another server process", other_url, docs),
-        ("ingest into another server process at nice 19", other_nice, docs),
+        ("idle", "", False),
+        ("ingest into this server", "this", True),
+        ("ingest into another server process", "another", True),
+        ("ingest into another server process at nice 19", "nice", True),
     ]
-    for load_name, rate in [(f"open loop, {RATE:.0f} searches/s", RATE), ("closed loop, 8 clients", None)]:
+    url = servers["this"][0]
+
+    def measure(load_name: str, rate: float | None, case: str, writer: str, writing: bool) -> None:
+        tag = f"{len(rows)}-"  # new ids each time: a document already ingested unchanged is skipped
+        batch = [replace(d, id=f"load-{tag}{d.id}") for d in docs] if writing else []
+        searches, live = load(url, queries, seconds, rate, writer, batch)
+        rows.append((load_name, case, searches, live))
+
+    open_loop = f"open loop, {RATE:.0f} searches/s"
+    for load_name, rate in [(open_loop, RATE), ("closed loop, 8 clients", None)]:
         for case, writer, writing in cases:
-            if rate is None and "nice" in case:
-                continue
-            tag = f"{len(rows)}-"  # new ids each time: a document already ingested unchanged is skipped
-            batch = [replace(d, id=f"load-{tag}{d.id}") for d in writing]
-            searches, live = load(url, queries, seconds, rate, writer, batch)
-            rows.append((load_name, case, searches, live))
+            if rate or "nice" not in case:
+                measure(load_name, rate, case, servers[writer][0] if writer else "", writing)
             if case == "ingest into this server" and rate:
-                out["search_p99_ingest"] = float(np.percentile(searches, 99))
-                out["live_p99_ingest"] = float(np.percentile(live, 99))
-    stop_other()
-    stop_nice()
+                out["search_p99_ingest"] = float(np.percentile(rows[-1][2], 99))
+                out["live_p99_ingest"] = float(np.percentile(rows[-1][3], 99))
+    for _, stop in servers.values():
+        stop()
+    url, stop = serve(data_dir, "", env={**env, "PLUMBLINE_INGEST_NICE": "0"})
+    measure(open_loop, RATE, "ingest into this server, documents in the query session (before)", url, True)
+    stop()
     print(f"\n### While an ingest runs: searches on a {seconds:.0f} s load and a liveness probe every 50 ms, ms\n")
     print("| load | writer | searches | search p50 | search p99 | /health/live p50 | /health/live p99 |")
     print("|---|---|---|---|---|---|---|")
@@ -531,7 +543,9 @@ def million(tmp: Path, chunks: list[tuple[Document, Chunk]], queries: Sequence[s
     """Hybrid over HTTP at 1M chunks against 100k in the same run (random dense vectors, real BM25 text), with the
     bare engine's scan and the time to write and optimise each index; returns the 1M p50 (ms)."""
     models = {"PLUMBLINE_MODEL_CACHE": str(tmp / "models")}
-    embedder = OnnxEmbedder(PACKAGED_MODEL, cache=tmp / "models")
+    embedder = OnnxEmbedder(
+        PACKAGED_MODEL, cache=tmp / "models", document_nice=Settings.model_fields["ingest_nice"].default
+    )
     vectors, dimension = embedder.embed_queries(list(queries)), embedder.dimension
     rows = []
     for n in (100_000, 1_000_000):
@@ -577,7 +591,9 @@ def main() -> None:
     n_queries = 30 if args.quick else 150
     tmp = Path(tempfile.mkdtemp(prefix="plumbline-speed-"))
     models = {"PLUMBLINE_MODEL_CACHE": str(tmp / "models")}
-    embedder = OnnxEmbedder(PACKAGED_MODEL, cache=tmp / "models")
+    embedder = OnnxEmbedder(
+        PACKAGED_MODEL, cache=tmp / "models", document_nice=Settings.model_fields["ingest_nice"].default
+    )
     torch = SentenceTransformerEmbedder(PACKAGED_MODEL)
     docs = list(iter_documents(SCIFACT / "corpus.jsonl"))
     queries = list(read_queries(SCIFACT / "queries.jsonl").values())[:n_queries]
@@ -619,12 +635,12 @@ def main() -> None:
             breakdown.append((points, mode, stages))
             if mode == "hybrid" and kind != "real":
                 summary["hybrid_p50_ms_100k"] = p50
+        stop()
         if kind == "real":
-            stalls = during_ingest(url, settings.data_dir, queries, docs[1000:], 15 if args.quick else 40, models)
+            stalls = during_ingest(settings.data_dir, queries, docs[1000:], 15 if args.quick else 40, models)
             summary["search_p99_ms_during_ingest"] = stalls["search_p99_ingest"]
             summary["live_p99_ms_during_ingest"] = stalls["live_p99_ingest"]
-        stop()
-        if kind != "real":
+        else:
             url, stop = serve(settings.data_dir, "", env={**models, "PLUMBLINE_ENCODER_RUNTIME": "torch"})
             p50, p95, stages = latency(url, queries, MODES["hybrid"])
             rows.append((points, kind, "hybrid, query embedded by torch (before)", p50, p95, stages["total"]))

@@ -101,6 +101,7 @@ def build_embedder(settings: Settings) -> Embedder:
             batch_size=s.embedding_batch_size,
             query_prefix=s.query_prefix,
             document_prefix=s.document_prefix,
+            document_nice=s.ingest_nice,
         )
     return SentenceTransformerEmbedder(
         s.embedding_model,

@@ -83,6 +83,13 @@ class Settings(BaseSettings):
     encoder_runtime: Literal["onnx", "torch"] = Field(
         "onnx", description="on CPU: ONNX Runtime (exported from the model on first use) or torch"
     )
+    ingest_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="CPU priority (nice) of embedding documents, on ONNX Runtime in a session of its own: searches "
+        "get the cores first while an ingest runs; 0 embeds documents like queries, in one shared session",
+    )
     embedding_cache: bool = Field(True, description="keep document embeddings: unchanged chunks are not re-embedded")
     embedding_cache_path: Path | None = Field(None, description="its SQLite file; default <data_dir>/embeddings.db")
     embedding_seed: Path | None = Field(None, description="a .npz of vectors added to the cache at start (the demo's)")

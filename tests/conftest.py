@@ -18,6 +18,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # The suite tests search, ingest, eval and incidents with auth off (the service's default is on); the access tests
 # (tests/service/api/test_access*.py, tests/service/test_keys_cli.py) pass auth="on" and cover every endpoint.
 os.environ.setdefault("PLUMBLINE_AUTH", "off")
+# Servers the tests start embed documents at normal priority (the service's default is nice 10, tested in
+# tests/service/test_onnx_models.py): two test workers share two cores, and a niced ingest would wait on the other.
+os.environ.setdefault("PLUMBLINE_INGEST_NICE", "0")
 # One cache of exported ONNX models for every test and every server a test starts (an export takes about 8 s; the
 # files are keyed by the model's files and written atomically, so sessions can share them).
 os.environ.setdefault("PLUMBLINE_MODEL_CACHE", str(Path(tempfile.gettempdir()) / "plumbline-test-models"))

@@ -3,6 +3,7 @@ export, and a refused one."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -101,6 +102,36 @@ def test_settings_choose_the_runtime(tiny_cross_encoder: Path, tmp_path: Path) -
     cut = OnnxCrossEncoder(str(tiny_cross_encoder), cache=tmp_path / "m", max_tokens=24)
     assert at_end.score("vpn error", [passage]) == cut.score("vpn error", [passage])
     assert focused.score("vpn error", [passage]) != cut.score("vpn error", [passage])  # exact: see test_rerank.py
+
+
+def _threads() -> dict[int, tuple[int, int]]:
+    """Each thread of this process: its nice value and the CPU time it has used, in clock ticks (/proc/self/task)."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2 :].split()  # from field 3 on
+        out[int(tid)] = (int(fields[16]), int(fields[11]) + int(fields[12]))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="per-thread priority is Linux's")
+def test_documents_are_embedded_at_low_priority_in_a_session_of_their_own(tmp_path: Path) -> None:
+    before = _threads()
+    settings = Settings(data_dir=tmp_path, device="cpu", model_cache=Path(os.environ["PLUMBLINE_MODEL_CACHE"]))
+    embedder = build_embedder(settings.model_copy(update={"ingest_nice": 7, "torch_threads": 2}))
+    new = {tid: nice for tid, (nice, _) in _threads().items() if tid not in before}
+    # the worker thread and the session's own worker, started from it; the query session's stays at 0
+    niced = [tid for tid, nice in new.items() if nice == 7]
+    assert len(niced) == 2
+    assert 0 in new.values()
+    used = sum(_threads()[tid][1] for tid in niced)
+    vectors = embedder.embed_documents(TEXTS * 20)
+    assert sum(_threads()[tid][1] for tid in niced) > used  # the work ran there
+    assert _threads().keys() - before.keys() == new.keys()  # no thread per call
+    assert np.abs(vectors[: len(TEXTS)] - embedder.embed_queries(TEXTS)).max() < 1e-6  # no prefixes here
+    shared = build_embedder(settings.model_copy(update={"ingest_nice": 0}))
+    assert [tid for tid, (nice, _) in _threads().items() if tid not in before and nice] == niced
+    assert np.abs(shared.embed_documents(TEXTS) - vectors[: len(TEXTS)]).max() < 1e-6
 
 
 def test_cuda_without_a_gpu_is_a_start_up_error(tmp_path: Path) -> None:
