@@ -225,9 +225,10 @@ class OnnxEmbedder(PrefixedEmbedder):
     `max_seq_length` (256 tokens for MiniLM). `int8` quantises the weights (not equal to torch then; used by
     `benchmarks/rerank_window.py` to see what int8 does to a MiniLM's ranking). `document_nice` (0: off) embeds
     documents in a second session whose threads run at that CPU priority, so that an ingest takes the cores only
-    when searches leave them: at 10 searches/s on 10k chunks while an ingest ran, search p50 was 48-55 ms with one
-    shared session, 33-37 at nice 10, 29-31 at nice 19, against 23 with no ingest (`benchmarks/speed.py`); the
-    ingest wrote as many documents in the same time. It costs the memory of a second session (the weights again).
+    when searches leave them: at 10 searches/s on 10k chunks while an ingest ran, search p50 was 40.5 ms with one
+    shared session against 21.9 at nice 10 and 15.7 with no ingest (`benchmarks/speed.py`, one run; probes gave
+    48-55 / 33-37 / 29-31 ms at nice 0 / 10 / 19, and the ingest wrote as many documents at each). It costs the memory
+    of a second session (the weights again).
 
     Example:
         >>> e = OnnxEmbedder(PACKAGED_MODEL, cache=Path("data/models"))  # doctest: +SKIP
