@@ -74,10 +74,24 @@ def stamp_request_ids() -> None:
     logging.setLogRecordFactory(factory)
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler on `sys.stderr` as it is when a line is written, not when the handler was made: the same for a
+    server, but a command run in-process by a test runner that swaps stderr per test (pytest) would otherwise leave
+    the root logger writing to a file the runner has closed ("Logging error ... I/O operation on closed file")."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: Any) -> None:
+        """Ignored: the stream is always the current stderr."""
+
+
 def configure(fmt: str = "text", level: int = logging.INFO) -> None:
     """Send every logger's lines to stderr as `fmt` ("json" or "text"), replacing earlier handlers."""
     stamp_request_ids()
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler.setFormatter(
         JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
+from service import logs
 from service.api.app import create_app
 from service.embedding import Matrix
 from service.logs import JsonFormatter, new_request_id, request_id, stamp_request_ids
@@ -115,3 +118,26 @@ def test_an_unhandled_error_is_a_500_that_carries_the_request_id_in_its_log_line
     assert "kaboom" in str(error.exc_info[1])
     [line] = [r for r in caplog.records if r.name == "plumbline.access"]
     assert (line.status, line.request_id) == (500, "boom-1")  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def root_logger_restored() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+@pytest.mark.usefixtures("root_logger_restored")
+def test_lines_go_to_stderr_as_it_is_when_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    logs.configure("text")
+    first, second = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    logging.getLogger("plumbline").warning("one")
+    assert first.getvalue().endswith("WARNING plumbline: one\n")
+    first.close()  # as a test runner closes the capture of a test that ran a command in-process
+    monkeypatch.setattr(sys, "stderr", second)
+    logging.getLogger("plumbline").warning("two")
+    assert second.getvalue().endswith("WARNING plumbline: two\n")
+    assert "one" not in second.getvalue()
