@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Collection, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -299,20 +299,29 @@ def load(
     for t in threads:
         t.start()
     if rate:
-        with ThreadPoolExecutor(32) as pool:
-            begin = time.perf_counter()
-            for i in itertools.count():
-                due = begin + i / rate
-                if due > begin + seconds:
-                    break
-                time.sleep(max(0.0, due - time.perf_counter()))
-                pool.submit(search, queries[i % len(queries)], due)
+        paced(search, queries, rate, seconds)
     else:
         time.sleep(seconds)
     stop.set()
     for t in threads:
         t.join()
     return searches, live
+
+
+def paced(search: Callable[[str, float], None], queries: Sequence[str], rate: float, seconds: float) -> None:
+    """Call `search(query, due)` `rate` times a second for `seconds`, each at its due time whatever the earlier ones
+    do (open loop, up to 32 at once); a call that raised fails the load."""
+    futures: list[Future[None]] = []
+    with ThreadPoolExecutor(32) as pool:
+        begin = time.perf_counter()
+        for i in itertools.count():
+            due = begin + i / rate
+            if due > begin + seconds:
+                break
+            time.sleep(max(0.0, due - time.perf_counter()))
+            futures.append(pool.submit(search, queries[i % len(queries)], due))
+    for future in futures:
+        future.result()
 
 
 def during_ingest(
@@ -543,9 +552,7 @@ def million(tmp: Path, chunks: list[tuple[Document, Chunk]], queries: Sequence[s
     """Hybrid over HTTP at 1M chunks against 100k in the same run (random dense vectors, real BM25 text), with the
     bare engine's scan and the time to write and optimise each index; returns the 1M p50 (ms)."""
     models = {"PLUMBLINE_MODEL_CACHE": str(tmp / "models")}
-    embedder = OnnxEmbedder(
-        PACKAGED_MODEL, cache=tmp / "models", document_nice=Settings.model_fields["ingest_nice"].default
-    )
+    embedder = OnnxEmbedder(PACKAGED_MODEL, cache=tmp / "models")  # queries only
     vectors, dimension = embedder.embed_queries(list(queries)), embedder.dimension
     rows = []
     for n in (100_000, 1_000_000):

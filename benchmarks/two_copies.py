@@ -13,7 +13,6 @@ searches a second (open loop: each timed from when it was due) while an `Index` 
 
 from __future__ import annotations
 
-import itertools
 import multiprocessing as mp
 import shutil
 import statistics
@@ -22,7 +21,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -31,7 +29,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.speed import SCIFACT, scifact_chunks
+from benchmarks.speed import SCIFACT, paced, scifact_chunks
 from eval.trec import read_queries
 from service.chunking import Chunker, ChunkerConfig
 from service.domain import Document
@@ -148,17 +146,7 @@ def searches_during_ingest(
 
     writer = threading.Thread(target=write)
     writer.start()
-    futures: list[Future[None]] = []
-    with ThreadPoolExecutor(16) as pool:
-        begin = time.perf_counter()
-        for i in itertools.count():
-            due = begin + i / 10
-            if due > begin + seconds:
-                break
-            time.sleep(max(0.0, due - time.perf_counter()))
-            futures.append(pool.submit(search, queries[i % len(queries)], due))
-    for future in futures:
-        future.result()  # a search that failed fails the probe
+    paced(search, queries, 10, seconds)
     stop.set()
     writer.join()
     if failures:

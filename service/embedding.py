@@ -42,7 +42,8 @@ def resolve_model_path(name: str) -> str:
 
 class PrefixedEmbedder:
     """The `Embedder` surface of a local model: each text gets its prefix, then the subclass's `_encode` turns the
-    batch into unit vectors."""
+    batch into unit vectors (`_encode_documents` for documents, which is `_encode` unless a subclass runs them
+    elsewhere)."""
 
     def __init__(self, name: str, dimension: int, query_prefix: str, document_prefix: str) -> None:
         self._name, self._dimension = name, dimension
@@ -57,13 +58,16 @@ class PrefixedEmbedder:
         return self._dimension
 
     def embed_documents(self, texts: Sequence[str]) -> Matrix:
-        return self._encode([self._document_prefix + t for t in texts])
+        return self._encode_documents([self._document_prefix + t for t in texts])
 
     def embed_queries(self, texts: Sequence[str]) -> Matrix:
         return self._encode([self._query_prefix + t for t in texts])
 
     def _encode(self, texts: list[str]) -> Matrix:
         raise NotImplementedError
+
+    def _encode_documents(self, texts: list[str]) -> Matrix:
+        return self._encode(texts)
 
 
 class SentenceTransformerEmbedder(PrefixedEmbedder):

@@ -261,10 +261,10 @@ class OnnxEmbedder(PrefixedEmbedder):
                 _Graph, model, "embedding", cache, threads, max_tokens, int8=int8
             )
 
-    def embed_documents(self, texts: Sequence[str]) -> Matrix:
+    def _encode_documents(self, texts: list[str]) -> Matrix:
         if self._documents is None:
-            return super().embed_documents(texts)
-        return self._documents.call(self._run, self._document_graph, [self._document_prefix + t for t in texts])
+            return self._encode(texts)
+        return self._documents.call(self._run, self._document_graph, texts)
 
     def _encode(self, texts: list[str]) -> Matrix:
         return self._run(self._graph, texts)
