@@ -63,6 +63,7 @@ from service.payload import (
 )
 from service.pipeline import SearchParams, SearchPipeline
 from service.rerank import CrossEncoderReranker, Reranker
+from service.runtime import build_store
 from service.settings import PACKAGED_MODEL, Settings
 from service.sparse import Bm25Encoder, Bm25Params
 from service.stores.base import ScoredPoint, StorePoint, VectorQuery, VectorStore
@@ -230,9 +231,10 @@ class TimedStore:
             self.seconds += time.perf_counter() - start
 
 
-def overhead(path: Path, embedder: Embedder, queries: Sequence[str]) -> tuple[float, float, float, float]:
-    """In-process hybrid search with the defaults: p50 of the total, the embedding, the engine calls, and the rest."""
-    store = EdgeStore(path)
+def overhead(settings: Settings, embedder: Embedder, queries: Sequence[str]) -> tuple[float, float, float, float]:
+    """In-process hybrid search with the defaults (the store too): p50 of the total, the embedding, the engine calls
+    (with their round trips to the engine processes), and the rest."""
+    store = build_store(settings)
     timed = TimedStore(store)
     encoder = Bm25Encoder(Tokenizer(TokenizerConfig()), Bm25Params(avg_len=80.0))
     pipeline = SearchPipeline(timed, embedder, encoder, None)  # type: ignore[arg-type]
@@ -327,45 +329,30 @@ def paced(search: Callable[[str, float], None], queries: Sequence[str], rate: fl
 def during_ingest(
     data_dir: Path, queries: Sequence[str], docs: list[Document], seconds: float, env: dict[str, str]
 ) -> dict[str, float]:
-    """Searches on a server over `data_dir` and its liveness while nothing is written, while it ingests, while it
-    ingests with documents embedded in the query session (`PLUMBLINE_INGEST_NICE=0`, before), and while another
-    server process (its own data directory, so its own GIL) ingests the same documents on the same two cores: what
-    the writes cost through the process against what they cost through the CPU. Open loop at `RATE`/s (a load the
-    server keeps up with) and closed loop (saturated). p50/p99 in ms; the summary takes the open loop."""
+    """Searches on a server over `data_dir` and its liveness while nothing is written and while it ingests, with the
+    default two copies of the index (`PLUMBLINE_INDEX_COPIES=2`) and with one in the serving process (1, before).
+    Open loop at `RATE`/s (a load the server keeps up with) and closed loop (saturated). p50/p99 in ms; the summary
+    takes the open loop with the default."""
     out: dict[str, float] = {}
     rows: list[tuple[str, str, list[float], list[float]]] = []
-    servers = {
-        "this": serve(data_dir, "", env=env),
-        "another": serve(data_dir.with_name(f"{data_dir.name}-writer"), "", env=env),
-        "nice": serve(data_dir.with_name(f"{data_dir.name}-writer-nice"), "", env=env, nice=19),
-    }
-    cases = [
-        ("idle", "", False),
-        ("ingest into this server", "this", True),
-        ("ingest into another server process", "another", True),
-        ("ingest into another server process at nice 19", "nice", True),
-    ]
-    url = servers["this"][0]
 
-    def measure(load_name: str, rate: float | None, case: str, writer: str, writing: bool) -> None:
+    def measure(url: str, load_name: str, rate: float | None, case: str, writing: bool) -> None:
         tag = f"{len(rows)}-"  # new ids each time: a document already ingested unchanged is skipped
         batch = [replace(d, id=f"load-{tag}{d.id}") for d in docs] if writing else []
-        searches, live = load(url, queries, seconds, rate, writer, batch)
+        searches, live = load(url, queries, seconds, rate, url if writing else "", batch)
         rows.append((load_name, case, searches, live))
 
     open_loop = f"open loop, {RATE:.0f} searches/s"
-    for load_name, rate in [(open_loop, RATE), ("closed loop, 8 clients", None)]:
-        for case, writer, writing in cases:
-            if rate or "nice" not in case:
-                measure(load_name, rate, case, servers[writer][0] if writer else "", writing)
-            if case == "ingest into this server" and rate:
+    for copies, label in [("2", "two copies (the default)"), ("1", "one copy in the serving process (before)")]:
+        url, stop = serve(data_dir, "", env={**env, "PLUMBLINE_INDEX_COPIES": copies})
+        for load_name, rate in [(open_loop, RATE), ("closed loop, 8 clients", None)]:
+            if copies == "2":
+                measure(url, load_name, rate, "idle", False)
+            measure(url, load_name, rate, f"ingest into this server, {label}", True)
+            if copies == "2" and rate:
                 out["search_p99_ingest"] = float(np.percentile(rows[-1][2], 99))
                 out["live_p99_ingest"] = float(np.percentile(rows[-1][3], 99))
-    for _, stop in servers.values():
         stop()
-    url, stop = serve(data_dir, "", env={**env, "PLUMBLINE_INGEST_NICE": "0"})
-    measure(open_loop, RATE, "ingest into this server, documents in the query session (before)", url, True)
-    stop()
     print(f"\n### While an ingest runs: searches on a {seconds:.0f} s load and a liveness probe every 50 ms, ms\n")
     print("| load | writer | searches | search p50 | search p99 | /health/live p50 | /health/live p99 |")
     print("|---|---|---|---|---|---|---|")
@@ -442,10 +429,9 @@ def serve(
     reranker_path: str,
     preload: Path | None = None,
     env: dict[str, str] | None = None,
-    nice: int = 0,
 ) -> tuple[str, Callable[[], None]]:
     """`plumbline serve` in its own process (a server thread in this process would share our GIL); `preload`: a
-    folder it ingests at start-up; `nice`: its CPU priority (`nice -n`). The benchmarks measure the service with auth
+    folder it ingests at start-up. The benchmarks measure the service with auth
     off unless the environment says."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -453,7 +439,7 @@ def serve(
     env = {"PLUMBLINE_AUTH": "off", **os.environ, "PLUMBLINE_DEFAULT_RERANK": "false", **(env or {})}
     if reranker_path:
         env["PLUMBLINE_RERANK_MODEL"] = reranker_path
-    cmd = [*(["nice", "-n", str(nice)] if nice else []), sys.executable, "-m", "service.cli", "serve"]
+    cmd = [sys.executable, "-m", "service.cli", "serve"]
     cmd += ["--data-dir", str(data_dir), "--port", str(port)]
     cmd += ["--ingest", str(preload)] if preload else []
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -656,7 +642,7 @@ def main() -> None:
             p50, p95, stages = latency(url, queries[: max(10, n_queries // 5)], MODES["hybrid+rerank (depth 20)"])
             rows.append((points, kind, "hybrid+rerank (depth 20), int8 weights", p50, p95, stages["total"]))
             stop()
-            total, embed, engine, own = overhead(settings.data_dir / "index", embedder, queries)
+            total, embed, engine, own = overhead(settings, embedder, queries)
             summary["pipeline_overhead_ms_100k"] = own
             print(
                 f"\n### Hybrid at {n:,} chunks in-process, p50 ms: total {total:.1f} = embedding {embed:.1f} + engine "

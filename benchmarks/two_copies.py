@@ -1,30 +1,24 @@
-"""A probe of a design that is not built (README, Known limits): what searches would wait for during an ingest if the
-engine's writes left the serving process.
+"""What searches wait for during an ingest with the two stores of the embedded index, in-process (no HTTP, so the
+store's part alone): `MirroredStore` (two copies, each in an engine process: the default) against `EdgeStore` (one
+shard in the serving process: `PLUMBLINE_INDEX_COPIES=1`).
 
     python benchmarks/two_copies.py            # about 8 minutes on 2 cores
 
-The binding holds the GIL through every engine call, and one shard cannot be opened by two processes, so the design
-keeps two copies of the shard, each owned by an engine process: a write is applied to one copy while searches read the
-other, then to the other. `TwoCopies` below is that routing and nothing more (no write log, no repair after a crash,
-no handling of a copy that fails): a probe, not a store. It runs the search pipeline in this process (no HTTP) at 10
-searches a second (open loop: each timed from when it was due) while an `Index` ingests SciFact documents in batches of
-32 in a thread, on a 10k-chunk index, against the same with one `EdgeStore` in this process (the service today).
+The search pipeline runs in this process at 10 searches a second (open loop: each timed from when it was due) while an
+`Index` ingests SciFact documents in batches of 32 in a thread, on a 10k-chunk index. `benchmarks/speed.py` measures
+the same over HTTP.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import shutil
 import statistics
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import replace
-from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -41,83 +35,8 @@ from service.settings import PACKAGED_MODEL, Settings
 from service.sparse import Bm25Params
 from service.stores.base import VectorStore
 from service.stores.edge import EdgeStore
+from service.stores.mirrored import MirroredStore
 from service.tokenizer import TokenizerConfig
-
-_WRITES = {"upsert", "delete", "set_payload", "purge", "ensure_schema"}
-
-
-def _host(path: str, conn: Connection) -> None:
-    """An engine process: one `EdgeStore`, its methods called over `conn` until None comes."""
-    store = EdgeStore(Path(path))
-    while (message := conn.recv()) is not None:
-        name, args, kwargs = message
-        try:
-            conn.send((True, getattr(store, name)(*args, **kwargs)))
-        except Exception as exc:  # handed to the caller, which raises it
-            conn.send((False, exc))
-    store.close()
-    conn.send(None)
-
-
-class _Copy:
-    def __init__(self, path: Path) -> None:
-        context = mp.get_context("spawn")
-        self.conn, child = context.Pipe()
-        self.process = context.Process(target=_host, args=(str(path), child), daemon=True)
-        self.process.start()
-        self.lock = threading.Lock()
-        self.writing = False
-
-    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        with self.lock:
-            self.conn.send((name, args, kwargs))
-            ok, value = self.conn.recv()
-        if not ok:
-            raise value
-        return value
-
-    def close(self) -> None:
-        with self.lock:
-            self.conn.send(None)
-            self.conn.recv()
-        self.process.join()
-
-
-class TwoCopies:
-    """The probe's routing: writes to each copy in turn under one lock; a read to a copy not writing, an idle one
-    first."""
-
-    def __init__(self, a: Path, b: Path) -> None:
-        self.copies = [_Copy(a), _Copy(b)]
-        self.write_lock = threading.Lock()
-
-    def _close(self) -> None:
-        for c in self.copies:
-            c.close()
-
-    def _reader(self) -> _Copy:
-        while not (free := [c for c in self.copies if not c.writing]):
-            time.sleep(0.0005)
-        return min(free, key=lambda c: c.lock.locked())
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        if name == "health":
-            return lambda: None
-        if name == "close":
-            return self._close
-        if name not in _WRITES:
-            return lambda *args, **kwargs: self._reader().call(name, *args, **kwargs)
-
-        def write(*args: Any, **kwargs: Any) -> None:
-            with self.write_lock:
-                for c in self.copies:
-                    c.writing = True
-                    try:
-                        c.call(name, *args, **kwargs)
-                    finally:
-                        c.writing = False
-
-        return write
 
 
 def searches_during_ingest(
@@ -170,17 +89,19 @@ def main() -> None:
     queries = list(read_queries(SCIFACT / "queries.jsonl").values())[:150]
     print("\n| store | search p50 ms | search p99 ms | max ms | documents written in 40 s |\n|---|---|---|---|---|")
     for run in range(2):
-        for mode in ("one store in the serving process (today)", "two copies in engine processes (the probe)"):
-            for copy in ("a", "b"):
-                shutil.copytree(tmp / "base", tmp / copy)
-            store: Any = EdgeStore(tmp / "a") if "today" in mode else TwoCopies(tmp / "a", tmp / "b")
+        for mode in ("one copy in the serving process (EdgeStore)", "two copies in engine processes (MirroredStore)"):
+            shutil.copytree(tmp / "base", tmp / "index")  # MirroredStore makes its second copy from it
+            store: VectorStore = EdgeStore(tmp / "index") if "one copy" in mode else MirroredStore(tmp / "index")
             writer = Index(store, embedder, Chunker(ChunkerConfig(1000, 100)), TokenizerConfig(), Bm25Params())
             batch = [replace(d, id=f"load{run}-{d.id}") for d in docs]
             p50, p99, worst, written = searches_during_ingest(store, writer, batch, queries, 40)
             store.close()
             print(f"| {mode} | {p50:.1f} | {p99:.1f} | {worst:.0f} | {written} |", flush=True)
-            for copy in ("a", "b"):
-                shutil.rmtree(tmp / copy)
+            for leftover in tmp.glob("index*"):  # the copies, their locks
+                if leftover.is_dir():
+                    shutil.rmtree(leftover)
+                else:
+                    leftover.unlink()
 
 
 if __name__ == "__main__":

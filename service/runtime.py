@@ -149,9 +149,10 @@ def build_store(settings: Settings) -> VectorStore:
         options = qdrant_options(settings)
         client = connect(settings.qdrant_url or "", settings.qdrant_api_key, options)
         return QdrantStore(client, settings.collection, options)
-    from service.stores.edge import EdgeStore
+    from service.stores.mirrored import MirroredStore, single_copy
 
-    return EdgeStore(settings.data_dir / "index")
+    index = settings.data_dir / "index"
+    return MirroredStore(index) if settings.index_copies == 2 else single_copy(index)
 
 
 def qdrant_options(settings: Settings) -> QdrantOptions:
@@ -405,7 +406,7 @@ class Runtime:
             Bm25Params(k1=s.bm25_k1, b=s.bm25_b, avg_len=s.bm25_avg_len or 1.0),
             measure_avg_len=s.bm25_avg_len is None,
             limits=IndexLimits(s.max_batch_documents, s.max_document_chars),
-            reserve_space=self.reserve_space if s.backend == "edge" else None,
+            reserve_space=(lambda needed: self.reserve_space(needed * s.index_copies)) if s.backend == "edge" else None,
         )
         if check:
             grace = 0.0 if s.backend == "edge" else 3600.0  # a shared server may have writes in flight

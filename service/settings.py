@@ -29,6 +29,12 @@ class Settings(BaseSettings):
     # storage
     backend: Literal["edge", "qdrant"] = "edge"
     data_dir: Path = Path("data")
+    index_copies: Literal[1, 2] = Field(
+        2,
+        description="the embedded index: 2 keeps two copies, each in an engine process, so that a search never waits "
+        "for a write (twice the memory and disk); 1 keeps one in the serving process, where searches wait out "
+        "the engine's segment work (1-2 s) during an ingest",
+    )
     qdrant_url: str | None = None
     qdrant_api_key: str | None = None
     collection: str = "plumbline"

@@ -1,8 +1,8 @@
 """A real `plumbline serve` in its own process, for tests that kill it, fill its disk or fuzz it over HTTP.
 
 The server binds port 0 and the test learns the port, and when the service is ready, from the lines the
-server logs: nothing sleeps or polls. A reader thread keeps draining the log (a full pipe would stall the
-server) and keeps every line for assertions.
+server logs: nothing sleeps or polls (but `kill`, which watches /proc until the killed processes are gone). A
+reader thread keeps draining the log (a full pipe would stall the server) and keeps every line for assertions.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,7 @@ class ServerProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            start_new_session=True,  # its own process group, with the index's engine processes: `kill` ends them all
         )
         threading.Thread(target=self._drain, daemon=True).start()
         if wait_ready:
@@ -101,9 +104,18 @@ class ServerProcess:
         return self._process.wait(timeout)
 
     def kill(self) -> int:
-        if self._process is not None and self._process.poll() is None:
-            self._process.send_signal(signal.SIGKILL)
-        return self.wait()
+        """SIGKILL to the server and its engine processes at once, as when a container ends; returns once none
+        is left holding a file (a disk can then be remounted, the data directory opened)."""
+        assert self._process is not None
+        group = self._process.pid
+        with suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+        code = self.wait()
+        for _ in range(600):
+            if not any(_in_group(stat, group) for stat in Path("/proc").glob("[0-9]*/stat")):
+                break
+            time.sleep(0.05)
+        return code
 
     def stop(self) -> int:
         """A clean shutdown (SIGTERM), as an operator or Kubernetes would do it."""
@@ -119,6 +131,15 @@ class ServerProcess:
 
     def __exit__(self, *_: object) -> None:
         self.kill()
+
+
+def _in_group(stat: Path, group: int) -> bool:
+    """Whether the process of `/proc/PID/stat` is a live (not zombie) member of process group `group`."""
+    try:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False  # gone meanwhile
+    return fields[0] != "Z" and int(fields[2]) == group
 
 
 def plumbline(*args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -19,6 +19,8 @@ import httpx
 import pytest
 
 from eval.cases import parse_jsonl
+from service.stores.edge import EdgeStore
+from service.stores.mirrored import copy_paths
 from tests.server import ServerProcess, plumbline
 
 pytestmark = pytest.mark.process
@@ -97,6 +99,40 @@ def test_a_crash_at_each_ingest_step(tmp_path: Path, point: str) -> None:
         assert committed is (point not in ("ingest:chunks-written", "ingest:records-written"))
 
     restart_and_check_doctor(data, check)
+
+
+# Each write of the default store goes to the first copy of the index, then to the second (`copies:first-written`
+# between them, once per write): the server's start makes one write, the first batch three, the second five (chunks,
+# records, commit markers, old generation deleted, statuses), the third of them the commit.
+@pytest.mark.parametrize("nth", [5, 6, 7, 8, 9])
+def test_a_crash_between_the_two_copies_of_a_write(tmp_path: Path, nth: int) -> None:
+    data = tmp_path / "data"
+    with ServerProcess(data, env={"PLUMBLINE_CRASH_AT": f"copies:first-written#{nth}"}) as server:
+        with server.client() as c:
+            assert c.post("/documents", json={"documents": [KEEP, POL_A, X_OLD]}).status_code == 200
+        crash_on(server, "POST", "/documents", json={"documents": [POL_B, X_NEW]})
+
+    def check(c: httpx.Client) -> None:
+        assert c.get("/documents/keep").json()["text"] == KEEP["text"]
+        committed = assert_one_version_of_x(c) == "new"
+        assert (c.get("/documents/pol/b").status_code == 200) is committed
+        assert search(c, "pelican") == ({"pol/b"} if committed else {"pol/a"})
+        # the write cut off between the copies is applied to both at the restart: as if it had finished
+        assert committed is (nth >= 7)
+
+    restart_and_check_doctor(data, check)
+    first, second, write_log = copy_paths(data / "index")
+    assert points_of(first) == points_of(second)
+    assert not write_log.exists()
+
+
+def points_of(copy: Path) -> dict[str, Any]:
+    store = EdgeStore(copy)
+    try:
+        points, _ = store.dump(None, 10_000)
+        return {p.id: dict(p.payload) for p in points}
+    finally:
+        store.close()
 
 
 def test_a_crash_while_deleting_a_superseding_document(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from service.sparse import SparseVector
 from service.stores import edge as edge_module
 from service.stores.base import DENSE, SPARSE, StorePoint, VectorQuery, VectorStore
 from service.stores.edge import EdgeStore
+from service.stores.mirrored import MirroredStore
 from service.stores.qdrant import QdrantOptions, QdrantStore, connect
 from tests.service.stores.fake_qdrant import FakeQdrantServer
 
@@ -68,11 +69,13 @@ def fake_server() -> Iterator[FakeQdrantServer]:
     server.stop()
 
 
-@pytest.fixture(params=["edge", "qdrant-memory", "qdrant-http"])
+@pytest.fixture(params=["edge", "edge-two-copies", "qdrant-memory", "qdrant-http"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorStore]:
     s: VectorStore
     if request.param == "edge":
         s = EdgeStore(tmp_path / "index")
+    elif request.param == "edge-two-copies":
+        s = MirroredStore(tmp_path / "index")
     elif request.param == "qdrant-memory":
         s = QdrantStore(QdrantClient(":memory:"), "t", CLUSTER)
     else:  # the real client over real HTTP, to the fake server (one collection per test)
@@ -212,6 +215,7 @@ from pathlib import Path
 from service.sparse import SparseVector
 from service.stores.base import StorePoint
 from service.stores.edge import EdgeStore
+from service.stores.mirrored import MirroredStore
 
 spec = json.load(sys.stdin)
 store = EdgeStore(Path(spec["path"]))
