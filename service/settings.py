@@ -29,8 +29,10 @@ class Settings(BaseSettings):
     # storage
     backend: Literal["edge", "qdrant"] = "edge"
     data_dir: Path = Path("data")
-    index_copies: Literal[1, 2] = Field(
+    index_copies: int = Field(
         2,
+        ge=1,
+        le=2,
         description="the embedded index: 2 keeps two copies, each in an engine process, so that a search never waits "
         "for a write (twice the memory and disk); 1 keeps one in the serving process, where searches wait out "
         "the engine's segment work (1-2 s) during an ingest",

@@ -68,7 +68,8 @@ def single_copy(index: Path) -> EdgeStore:
             getattr(store, name)(*args, **kwargs)
             write_log.unlink()
     if second.exists():
-        _remove(second)
+        with _locked(second, wait=LOCK_WAIT_SECONDS):  # an engine process of a killed server may still hold it
+            _remove(second)
         log.info("removed %s: with one copy of the index, the second is no longer kept", second.name)
     return store
 
@@ -118,6 +119,8 @@ class MirroredStore:
             except StoreUnavailable as exc:
                 log.error("%s could not apply the logged write: %s", copy.path.name, exc)
                 refused.append(copy)
+            except PlumblineError as exc:  # refused before the engine wrote anything, as it was the first time
+                log.warning("the logged write is not valid here, so nothing is to be replayed: %s", exc)
         if refused:
             source = next((c for c in self._copies if c not in refused), self._copies[0])
             if len(refused) == len(self._copies):
@@ -156,8 +159,8 @@ class MirroredStore:
             self._apply(call)
 
     def _apply(self, call: bytes) -> None:
-        """Apply a logged write to each copy in turn (the caller holds the write lock, or is the constructor), then
-        drop the log; a copy that fails is read no more, and the log stays for the next start."""
+        """Apply a logged write to each copy in turn (the caller holds the write lock), then drop the log; a copy
+        that fails is read no more, and the log stays for the next start."""
         first, second = self._copies
         first.writing = True
         try:
@@ -323,7 +326,8 @@ class _Copy:
 def _engine_process(path: str, conn: Connection, lock_wait: float) -> None:
     """An engine process: lock the copy, open it, answer calls until an empty message or the pipe closes (the
     serving process died: the call in hand is finished first), then close the shard."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C stops the server, which then closes this
+    for stop in (signal.SIGINT, signal.SIGTERM):  # sent to a whole process group: the server stops, then closes this
+        signal.signal(stop, signal.SIG_IGN)
     copy = Path(path)
     try:
         lock = _lock(copy, wait=lock_wait)
@@ -415,7 +419,8 @@ def _remove(copy: Path) -> None:
 
 
 def _replace(path: Path, data: bytes, *, sync: bool) -> None:
-    """Write `data` to `path` atomically: a temporary file renamed over it, fsync'd first if `sync`."""
+    """Write `data` to `path` atomically: a temporary file renamed over it; if `sync`, the file and then the rename
+    on disk before it returns."""
     temporary = path.with_name(path.name + ".tmp")
     with open(temporary, "wb") as f:
         f.write(data)
@@ -423,6 +428,12 @@ def _replace(path: Path, data: bytes, *, sync: bool) -> None:
             f.flush()
             os.fsync(f.fileno())
     os.replace(temporary, path)
+    if sync:
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
 
 
 if __name__ == "__main__":  # an engine process, started by `_Copy`

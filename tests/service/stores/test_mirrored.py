@@ -20,9 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from service.errors import StoreUnavailable
 from service.filters import Clause, Match
+from service.runtime import build_store
+from service.settings import Settings
 from service.stores import mirrored
 from service.stores.base import DENSE, StorePoint, VectorQuery
 from service.stores.edge import EdgeStore
@@ -277,3 +280,21 @@ def test_a_logged_write_a_copy_refuses_is_dropped_there_and_that_copy_made_again
     assert contents(first) == contents(second)
     assert set(contents(second)) == {point(1).id, point(3).id, point(4).id}
     assert not write_log.exists()
+
+
+@pytest.mark.parametrize(("value", "store_type"), [("1", EdgeStore), ("2", MirroredStore)])
+def test_the_setting_from_the_environment_chooses_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, store_type: type
+) -> None:
+    monkeypatch.setenv("PLUMBLINE_INDEX_COPIES", value)
+    store = build_store(Settings(data_dir=tmp_path))
+    try:
+        assert type(store) is store_type
+    finally:
+        store.close()
+
+
+def test_a_third_copy_is_refused_with_the_setting_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PLUMBLINE_INDEX_COPIES", "3")
+    with pytest.raises(ValidationError, match="index_copies"):
+        Settings()
