@@ -404,10 +404,31 @@ def _copy_shard(source: Path, target: Path, lock_wait: float) -> None:
     building = target.with_name(target.name + ".building")
     shutil.rmtree(building, ignore_errors=True)  # left by a start that died copying
     with _locked(source, wait=lock_wait):
-        shutil.copytree(source, building)
+        shutil.copytree(source, building, copy_function=_copy_sparse)
     if target.exists():
         _remove(target)  # a start that dies now finds `target` missing, and copies again
     os.replace(building, target)
+
+
+def _copy_sparse(source: str, target: str) -> None:
+    """`shutil.copy2` that keeps a file's holes: the engine's files are sparse (memory maps, a preallocated log), and
+    a plain copy wrote them out whole (a 100k-chunk copy took 1,349 MB of disk instead of 518)."""
+    with open(source, "rb") as src, open(target, "wb") as dst:
+        size, offset = os.fstat(src.fileno()).st_size, 0
+        while offset < size:
+            try:
+                offset = os.lseek(src.fileno(), offset, os.SEEK_DATA)
+            except OSError:  # no data after `offset`: the rest is a hole
+                break
+            end = os.lseek(src.fileno(), offset, os.SEEK_HOLE)
+            src.seek(offset)
+            dst.seek(offset)
+            while offset < end:
+                block = src.read(min(2**20, end - offset))
+                dst.write(block)
+                offset += len(block)
+        dst.truncate(size)
+    shutil.copystat(source, target)
 
 
 def _remove(copy: Path) -> None:
