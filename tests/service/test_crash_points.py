@@ -81,24 +81,10 @@ def assert_one_version_of_x(c: httpx.Client) -> str:
     ],
 )
 def test_a_crash_at_each_ingest_step(tmp_path: Path, point: str) -> None:
-    data = tmp_path / "data"
-    with ServerProcess(data, env={"PLUMBLINE_CRASH_AT": f"{point}#2"}) as server:
-        with server.client() as c:
-            assert c.post("/documents", json={"documents": [KEEP, POL_A, X_OLD]}).status_code == 200
-        crash_on(server, "POST", "/documents", json={"documents": [POL_B, X_NEW]})
-
-    def check(c: httpx.Client) -> None:
-        assert c.get("/documents/keep").json()["text"] == KEEP["text"]
-        version = assert_one_version_of_x(c)
-        pol_b = c.get("/documents/pol/b")
-        committed = pol_b.status_code == 200
-        assert committed is (version == "new")  # one batch: both documents committed, or neither
-        assert (c.get("/documents/pol/a").json()["superseded_by"] == "pol/b") is committed
-        assert search(c, "pelican") == ({"pol/b"} if committed else {"pol/a"})
-        # committed before the crash point or not, as the step's place in the protocol says
-        assert committed is (point not in ("ingest:chunks-written", "ingest:records-written"))
-
-    restart_and_check_doctor(data, check)
+    crash_in_the_second_batch(tmp_path / "data", f"{point}#2")
+    # committed before the crash point or not, as the step's place in the protocol says
+    committed = point not in ("ingest:chunks-written", "ingest:records-written")
+    restart_and_check_doctor(tmp_path / "data", lambda c: assert_the_second_batch_whole(c, committed))
 
 
 # Each write of the default store goes to the first copy of the index, then to the second (`copies:first-written`
@@ -107,23 +93,30 @@ def test_a_crash_at_each_ingest_step(tmp_path: Path, point: str) -> None:
 @pytest.mark.parametrize("nth", [5, 6, 7, 8, 9])
 def test_a_crash_between_the_two_copies_of_a_write(tmp_path: Path, nth: int) -> None:
     data = tmp_path / "data"
-    with ServerProcess(data, env={"PLUMBLINE_CRASH_AT": f"copies:first-written#{nth}"}) as server:
+    crash_in_the_second_batch(data, f"copies:first-written#{nth}")
+    # the write cut off between the copies is applied to both at the restart: as if it had finished
+    restart_and_check_doctor(data, lambda c: assert_the_second_batch_whole(c, committed=nth >= 7))
+    first, second, write_log = copy_paths(data / "index")
+    assert points_of(first) == points_of(second)
+    assert not write_log.exists()
+
+
+def crash_in_the_second_batch(data: Path, crash_at: str) -> None:
+    """Ingest KEEP, POL_A and X_OLD, then die by SIGKILL at `crash_at` while ingesting POL_B and X_NEW."""
+    with ServerProcess(data, env={"PLUMBLINE_CRASH_AT": crash_at}) as server:
         with server.client() as c:
             assert c.post("/documents", json={"documents": [KEEP, POL_A, X_OLD]}).status_code == 200
         crash_on(server, "POST", "/documents", json={"documents": [POL_B, X_NEW]})
 
-    def check(c: httpx.Client) -> None:
-        assert c.get("/documents/keep").json()["text"] == KEEP["text"]
-        committed = assert_one_version_of_x(c) == "new"
-        assert (c.get("/documents/pol/b").status_code == 200) is committed
-        assert search(c, "pelican") == ({"pol/b"} if committed else {"pol/a"})
-        # the write cut off between the copies is applied to both at the restart: as if it had finished
-        assert committed is (nth >= 7)
 
-    restart_and_check_doctor(data, check)
-    first, second, write_log = copy_paths(data / "index")
-    assert points_of(first) == points_of(second)
-    assert not write_log.exists()
+def assert_the_second_batch_whole(c: httpx.Client, committed: bool) -> None:
+    """The first batch all there; the second, one batch, committed whole (both documents, X's new version, POL_B
+    superseding POL_A) if `committed`, else not at all."""
+    assert c.get("/documents/keep").json()["text"] == KEEP["text"]
+    assert assert_one_version_of_x(c) == ("new" if committed else "old")
+    assert (c.get("/documents/pol/b").status_code == 200) is committed
+    assert (c.get("/documents/pol/a").json()["superseded_by"] == "pol/b") is committed
+    assert search(c, "pelican") == ({"pol/b"} if committed else {"pol/a"})
 
 
 def points_of(copy: Path) -> dict[str, Any]:
