@@ -16,7 +16,8 @@ removed once both have it; the next start applies the logged write to both copie
 idempotent: upsert, delete or set payload by filter, purge by id, schema). A copy whose write failed, or whose
 process died, is read no more and the store refuses writes (readiness false) until a restart, which replays the
 write. The first start with two copies makes the second from the first (a temporary directory, then a rename);
-a start with one copy (`single_copy`) replays a logged write and removes a second copy, stale from then on.
+copies whose point counts differ at a start (written apart) get the second made again from the first; a start with one
+copy (`single_copy`) replays a logged write and removes a second copy, stale from then on.
 
 Costs: twice the memory and disk, every write applied twice, a pickled round trip per engine call.
 """
@@ -92,6 +93,7 @@ class MirroredStore:
         self._copies = self._start()
         if self._log.exists():
             self._recover(self._log.read_bytes())
+        self._agree()
 
     def _start(self) -> list[_Copy]:
         copies: list[_Copy] = []
@@ -132,6 +134,25 @@ class MirroredStore:
                     _copy_shard(source.path, c.path, self._lock_wait)
             self._copies = self._start()
         self._log.unlink()
+
+    def _agree(self) -> None:
+        """Make the second copy again from the first if they hold different numbers of points: written apart, as when
+        a version that knew one copy only wrote the first while the second stayed behind."""
+        if not _holds_shard(self._paths[0]):  # a new index: both copies are created by its first write
+            return
+        count = pickle.dumps(("count", (Clause(),), {}), protocol=pickle.HIGHEST_PROTOCOL)
+        counts = []
+        for c in self._copies:
+            with c.lock:
+                counts.append(c.call(count))
+        if counts[0] != counts[1]:
+            log.error(
+                "the copies of the index differ (%d and %d points): making the second again from the first", *counts
+            )
+            for c in self._copies:
+                c.close()
+            _copy_shard(self._paths[0], self._paths[1], self._lock_wait)
+            self._copies = self._start()
 
     # writes: logged, then applied to each copy in turn
 

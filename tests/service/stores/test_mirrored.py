@@ -303,3 +303,23 @@ def test_a_third_copy_is_refused_with_the_setting_named(monkeypatch: pytest.Monk
     monkeypatch.setenv("PLUMBLINE_INDEX_COPIES", "3")
     with pytest.raises(ValidationError, match="index_copies"):
         Settings()
+
+
+def test_copies_written_apart_are_made_to_agree_at_the_start(tmp_path: Path) -> None:
+    index = tmp_path / "index"
+    two = MirroredStore(index)
+    two.ensure_schema(4)
+    two.upsert([point(1)])
+    two.close()
+    # a version that knew one copy only writes the first; the second stays behind
+    first, second, _ = copy_paths(index)
+    older = EdgeStore(first)
+    older.upsert([point(2), point(3)])
+    older.close()
+    again = MirroredStore(index)
+    try:
+        counts = [again.count(CHUNKS) for _ in range(4)]
+    finally:
+        again.close()
+    assert counts == [3] * 4
+    assert contents(first) == contents(second)
