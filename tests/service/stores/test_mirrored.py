@@ -66,6 +66,15 @@ def store(tmp_path: Path) -> Iterator[MirroredStore]:
     s.close()
 
 
+def closed_two_copies(index: Path, *points: StorePoint) -> tuple[Path, Path, Path]:
+    """A two-copy index holding `points`, closed; its two copies and write log."""
+    two = MirroredStore(index)
+    two.ensure_schema(4)
+    two.upsert(list(points))
+    two.close()
+    return copy_paths(index)
+
+
 def pid_of(store: MirroredStore, copy: int) -> int:
     return store._copies[copy].process.pid
 
@@ -264,11 +273,7 @@ def test_a_logged_write_a_copy_refuses_is_dropped_there_and_that_copy_made_again
     tmp_path: Path,
 ) -> None:
     index = tmp_path / "index"
-    two = MirroredStore(index)
-    two.ensure_schema(4)
-    two.upsert([point(1)])
-    two.close()
-    first, second, write_log = copy_paths(index)
+    first, second, write_log = closed_two_copies(index, point(1))
     # a second copy that refuses the logged write each time: its vectors have another dimension
     shutil.rmtree(second)
     other = EdgeStore(second)
@@ -307,12 +312,8 @@ def test_a_third_copy_is_refused_with_the_setting_named(monkeypatch: pytest.Monk
 
 def test_copies_written_apart_are_made_to_agree_at_the_start(tmp_path: Path) -> None:
     index = tmp_path / "index"
-    two = MirroredStore(index)
-    two.ensure_schema(4)
-    two.upsert([point(1)])
-    two.close()
+    first, second, _ = closed_two_copies(index, point(1))
     # a version that knew one copy only writes the first; the second stays behind
-    first, second, _ = copy_paths(index)
     older = EdgeStore(first)
     older.upsert([point(2), point(3)])
     older.close()
