@@ -339,7 +339,7 @@ def during_ingest(
     def measure(url: str, load_name: str, rate: float | None, case: str, writing: bool) -> None:
         tag = f"{len(rows)}-"  # new ids each time: a document already ingested unchanged is skipped
         batch = [replace(d, id=f"load-{tag}{d.id}") for d in docs] if writing else []
-        searches, live = load(url, queries, seconds, rate, url if writing else "", batch)
+        searches, live = load(url, queries, seconds, rate, url, batch)  # no documents: no writer
         rows.append((load_name, case, searches, live))
 
     open_loop = f"open loop, {RATE:.0f} searches/s"

@@ -65,8 +65,7 @@ def single_copy(index: Path) -> EdgeStore:
     with _locked(first, wait=LOCK_WAIT_SECONDS):
         store = EdgeStore(first)
         if write_log.exists():
-            name, args, kwargs = pickle.loads(write_log.read_bytes())
-            getattr(store, name)(*args, **kwargs)
+            _dispatch(store, write_log.read_bytes())
             write_log.unlink()
     if second.exists():
         with _locked(second, wait=LOCK_WAIT_SECONDS):  # an engine process of a killed server may still hold it
@@ -127,12 +126,7 @@ class MirroredStore:
             source = next((c for c in self._copies if c not in refused), self._copies[0])
             if len(refused) == len(self._copies):
                 log.error("neither copy of the index could apply the logged write: it is dropped")
-            for c in self._copies:
-                c.close()
-            for c in refused:
-                if c is not source:
-                    _copy_shard(source.path, c.path, self._lock_wait)
-            self._copies = self._start()
+            self._remake(source.path, [c.path for c in refused if c is not source])
         self._log.unlink()
 
     def _agree(self) -> None:
@@ -149,10 +143,15 @@ class MirroredStore:
             log.error(
                 "the copies of the index differ (%d and %d points): making the second again from the first", *counts
             )
-            for c in self._copies:
-                c.close()
-            _copy_shard(self._paths[0], self._paths[1], self._lock_wait)
-            self._copies = self._start()
+            self._remake(self._paths[0], [self._paths[1]])
+
+    def _remake(self, source: Path, targets: list[Path]) -> None:
+        """Stop both engine processes, copy `source` over each of `targets`, and start them again."""
+        for c in self._copies:
+            c.close()
+        for target in targets:
+            _copy_shard(source, target, self._lock_wait)
+        self._copies = self._start()
 
     # writes: logged, then applied to each copy in turn
 
@@ -359,9 +358,8 @@ def _engine_process(path: str, conn: Connection, lock_wait: float) -> None:
     conn.send((True, None))
     try:
         while request := conn.recv_bytes():
-            name, args, kwargs = pickle.loads(request)
             try:
-                conn.send((True, getattr(store, name)(*args, **kwargs)))
+                conn.send((True, _dispatch(store, request)))
             except Exception as exc:
                 conn.send((False, _portable(exc)))
     except EOFError:
@@ -369,6 +367,12 @@ def _engine_process(path: str, conn: Connection, lock_wait: float) -> None:
     finally:
         store.close()
         os.close(lock)  # lets a restarted server's engine process open the copy
+
+
+def _dispatch(store: EdgeStore, request: bytes) -> Any:
+    """Run a pickled `(method, args, kwargs)` call (a logged write, or a request over the pipe) on `store`."""
+    name, args, kwargs = pickle.loads(request)
+    return getattr(store, name)(*args, **kwargs)
 
 
 def _portable(exc: Exception) -> PlumblineError:
@@ -433,7 +437,7 @@ def _copy_shard(source: Path, target: Path, lock_wait: float) -> None:
 
 def _copy_sparse(source: str, target: str) -> None:
     """`shutil.copy2` that keeps a file's holes: the engine's files are sparse (memory maps, a preallocated log), and
-    a plain copy wrote them out whole (a 100k-chunk copy took 1,349 MB of disk instead of 518)."""
+    a plain copy wrote them out whole (a 100k-chunk copy took 1,349 MB of disk instead of 516)."""
     with open(source, "rb") as src, open(target, "wb") as dst:
         size, offset = os.fstat(src.fileno()).st_size, 0
         while offset < size:
