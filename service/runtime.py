@@ -152,7 +152,9 @@ def build_store(settings: Settings) -> VectorStore:
     from service.stores.mirrored import MirroredStore, single_copy
 
     index = settings.data_dir / "index"
-    return MirroredStore(index) if settings.index_copies == 2 else single_copy(index)
+    if settings.index_copies == 2:
+        return MirroredStore(index, graph_from=settings.index_graph_from)
+    return single_copy(index, graph_from=settings.index_graph_from)
 
 
 def qdrant_options(settings: Settings) -> QdrantOptions:

@@ -37,6 +37,13 @@ class Settings(BaseSettings):
         "for a write (twice the memory and disk); 1 keeps one in the serving process, where searches wait out "
         "the engine's segment work (1-2 s) during an ingest",
     )
+    index_graph_from: int = Field(
+        300_000,
+        ge=0,
+        description="the embedded index: past this many points (chunks, plus a record and a head per document) a "
+        "write rebuilds each copy's segments with HNSW graphs (m=16, int8, rescored), one-way; below it the dense "
+        "side is an int8 scan, exact in its top 100 (README, Speed: why 300,000)",
+    )
     qdrant_url: str | None = None
     qdrant_api_key: str | None = None
     collection: str = "plumbline"

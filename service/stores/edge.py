@@ -1,12 +1,10 @@
 """The embedded default: Qdrant's own engine in-process (`qdrant-edge-py`), one shard in a directory.
 
-Dense search is brute force, the right default below about 100k chunks (an HNSW build took 214 s at 100k on
-two cores), over int8 scalar-quantised copies of the vectors with the top `2 x limit` rescored on the float32
-originals: at 100k chunks a scan took 4.3 ms instead of 10.0, and on SciFact's real embeddings the top 100 are the
-exact top 100 (`benchmarks/speed.py` measures both). Writes land in an appendable float32 segment; after each
-write `optimize()` turns a segment past `_QUANTISE_AFTER_KB` into a quantised one of at most `_SEGMENT_KB` (no
-graph is built: `m=0`). Sparse BM25 uses the engine's inverted index and IDF modifier. One process
-per directory: `service.datadir.DataDirLock` is taken before this store is opened.
+The shard is created scanned (int8, rescored: `service.stores.edge_layout`); past `graph_from` points
+(`PLUMBLINE_INDEX_GRAPH_FROM`) a durable write reopens it with HNSW graphs and the engine's optimiser rebuilds every
+segment with one. The switch is one-way (a shard that shrinks keeps its graphs) and recorded by the engine in the
+shard's own configuration, which the store reads back when it opens. Sparse BM25 uses the engine's inverted index and
+IDF modifier. One process per directory: `service.datadir.DataDirLock` is taken before this store is opened.
 
 Engine errors become `StoreUnavailable` with the file paths taken out (the log keeps them). After a
 failed write the engine may refuse every later one ("Not recovered from previous error") until it is
@@ -16,8 +14,10 @@ for good, and readiness stays false until the process restarts (which recovers t
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
+import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +25,7 @@ from typing import Any
 
 import qdrant_edge as qe
 
+from eval.faults import crash_point
 from service.errors import PlumblineError, StoreUnavailable, public
 from service.filters import Clause, NumberRange
 from service.sparse import SparseVector
@@ -32,8 +33,6 @@ from service.stores.base import (
     CANDIDATE_FIELDS,
     DENSE,
     PAYLOAD_INDEXES,
-    SPARSE,
-    FieldType,
     ScoredPoint,
     StorePoint,
     VectorQuery,
@@ -43,12 +42,7 @@ from service.stores.base import (
     translate,
     translated,
 )
-
-_SCHEMA = {
-    FieldType.KEYWORD: qe.PayloadSchemaType.Keyword,
-    FieldType.INTEGER: qe.PayloadSchemaType.Integer,
-    FieldType.DATETIME: qe.PayloadSchemaType.Datetime,
-}
+from service.stores.edge_layout import DENSE_SEARCH_PARAMS, GRAPH_FROM, SCHEMA, new_shard, with_graphs
 
 
 class _EdgeDialect:
@@ -74,16 +68,6 @@ class _EdgeDialect:
 _DIALECT = _EdgeDialect()
 log = logging.getLogger("plumbline")
 
-_QUANTISE_AFTER_KB = 5_000  # about 3,300 vectors of 384 dimensions; below it a segment is scanned in float32
-# Segments are capped at about 13,000 vectors: uncapped, every conversion merged into one big segment and rewrote
-# it, and the engine serves no search while it optimises. Measured through this store at 100k chunks: a search
-# issued during a conversion waited 3.4 s uncapped, 0.7-1.1 s capped; the optimiser's total over a 100k fill in
-# batches of 1,024 fell from 37.9 to 15.3 s; the scan is faster over 10 segments (the two cores share them).
-_SEGMENT_KB = 20_000
-# the scan every dense query runs (benchmarks/speed.py measures it against a float32 scan)
-DENSE_SEARCH_PARAMS = qe.SearchParams(quantization=qe.QuantizationSearchParams(rescore=True, oversampling=2.0))
-
-
 # The binding holds the GIL for a whole engine call, so every other thread of the process (health checks, other
 # searches) waits for it: a 128-query eval batch held it for about 200 ms at a time on the demo handbook. A
 # search sends 2-4 queries; an eval batch is split into calls of this many.
@@ -98,8 +82,9 @@ class EdgeStore:
         >>> store.ensure_schema(384)  # doctest: +SKIP
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, graph_from: int = GRAPH_FROM) -> None:
         self.path = path
+        self.graph_from = graph_from
         self._shard: Any = None
         self._failure: str | None = None
         # Committed generations read from heads, kept until the next write: this process is the only writer of the
@@ -108,28 +93,20 @@ class EdgeStore:
         self._generations: dict[str, int] = {}
         self._writes = 0
         self._cache_lock = threading.Lock()
+        self.graphs = False  # whether the shard is configured for HNSW graphs
         if path.exists() and any(path.iterdir()):
             with _engine("open the index"):
                 self._shard = qe.EdgeShard.load(str(path))  # with the configuration it was created with
+            self.graphs = _persisted(path)["hnsw_config"]["m"] > 0
 
     def ensure_schema(self, dimension: int) -> None:
         if self._shard is None:
-            config = qe.EdgeConfig(
-                vectors={DENSE: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)},
-                sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
-                # payload kept in memory: with the default (cold, read from disk per point) filtered search
-                # and candidate payloads cost 10-20 ms more at 100k chunks (benchmarks/speed.py)
-                payload_memory=qe.Memory.Cached,
-                hnsw_config=qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10**9),  # no graph: a scan
-                quantization_config=qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, memory=qe.Memory.Pinned),
-                optimizers=qe.EdgeOptimizersConfig(indexing_threshold=_QUANTISE_AFTER_KB, max_segment_size=_SEGMENT_KB),
-            )
             self.path.mkdir(parents=True, exist_ok=True)
-            self._shard = qe.EdgeShard.create(str(self.path), config)
+            self._shard = qe.EdgeShard.create(str(self.path), new_shard(dimension))
         existing = self._shard.info().payload_schema
         for field, kind in PAYLOAD_INDEXES.items():
             if field not in existing:
-                self._shard.update(qe.UpdateOperation.create_field_index(field, _SCHEMA[kind]))
+                self._shard.update(qe.UpdateOperation.create_field_index(field, SCHEMA[kind]))
 
     @property
     def _open(self) -> Any:
@@ -162,12 +139,35 @@ class EdgeStore:
                 self._open.update(operation)  # in the write-ahead log once it returns
                 if durable:
                     self._open.flush()
-                    self._open.optimize()  # a no-op until the appendable segment passes _QUANTISE_AFTER_KB
+                    self._open.optimize()  # a no-op until the appendable segment passes QUANTISE_AFTER_KB
+                    if not self.graphs and self._open.info().points_count >= self.graph_from:
+                        self._build_graphs()
         except StoreUnavailable as exc:
             self._failure = self._failure or f"{exc}; the engine may refuse writes until reopened: restart the service"
             raise
         finally:
             self._forget()
+
+    def _build_graphs(self) -> None:
+        """Reopen the shard with the graph configuration and let the optimiser rebuild every segment with one. A
+        crash part-way leaves the configuration switched (the engine writes it at load) and some segments without a
+        graph; those are scanned, and the next write's `optimize()` builds the rest."""
+        start = time.perf_counter()
+        points = self._open.info().points_count
+        self._shard.close()
+        self._shard = None
+        dimension = _persisted(self.path)["vectors"][DENSE]["size"]
+        self._shard = qe.EdgeShard.load(str(self.path), with_graphs(dimension))
+        self.graphs = True
+        crash_point("edge:graph-configured")
+        self._shard.optimize()
+        log.info(
+            "%s holds %d points (past %d): built HNSW graphs in %.1f s",
+            self.path.name,
+            points,
+            self.graph_from,
+            time.perf_counter() - start,
+        )
 
     def _forget(self) -> None:
         """Drop the cached generations: called before a write (so no read begun earlier is kept) and after it."""
@@ -280,6 +280,12 @@ _KNOWN_CAUSES: tuple[tuple[str, str], ...] = (
         "an earlier write failed and the engine refuses writes until it is reopened: restart the service",
     ),
 )
+
+
+def _persisted(path: Path) -> Any:
+    """The configuration the engine keeps beside the shard's segments (no call of the binding reads it back)."""
+    with _engine("read the index's configuration"):
+        return json.loads((path / "edge_config.json").read_text())
 
 
 def _sparse(vector: SparseVector) -> Any:

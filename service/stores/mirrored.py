@@ -46,6 +46,7 @@ from service.errors import PlumblineError, StoreUnavailable, public
 from service.filters import Clause
 from service.stores.base import ScoredPoint, StorePoint, VectorQuery
 from service.stores.edge import EdgeStore
+from service.stores.edge_layout import GRAPH_FROM
 
 log = logging.getLogger("plumbline")
 
@@ -58,12 +59,12 @@ def copy_paths(index: Path) -> tuple[Path, Path, Path]:
     return index, index.with_name(index.name + "-copy"), index.with_name(index.name + "-writes.log")
 
 
-def single_copy(index: Path) -> EdgeStore:
+def single_copy(index: Path, *, graph_from: int = GRAPH_FROM) -> EdgeStore:
     """The shard opened in this process, after a write logged by a two-copy store is applied to it; a second copy,
     stale once this store writes, is removed."""
     first, second, write_log = copy_paths(index)
     with _locked(first, wait=LOCK_WAIT_SECONDS):
-        store = EdgeStore(first)
+        store = EdgeStore(first, graph_from=graph_from)
         if write_log.exists():
             _dispatch(store, write_log.read_bytes())
             write_log.unlink()
@@ -82,10 +83,11 @@ class MirroredStore:
         >>> store.ensure_schema(384)  # doctest: +SKIP
     """
 
-    def __init__(self, index: Path, *, lock_wait: float = LOCK_WAIT_SECONDS) -> None:
+    def __init__(self, index: Path, *, lock_wait: float = LOCK_WAIT_SECONDS, graph_from: int = GRAPH_FROM) -> None:
         first, second, self._log = copy_paths(index)
         self._paths = (first, second)
         self._lock_wait = lock_wait
+        self._graph_from = graph_from
         self._write_lock = threading.Lock()
         self._failure: str | None = None
         _complete(first, second, lock_wait)
@@ -98,7 +100,7 @@ class MirroredStore:
         copies: list[_Copy] = []
         try:
             for path in self._paths:
-                copies.append(_Copy(path, self._lock_wait))
+                copies.append(_Copy(path, self._lock_wait, self._graph_from))
             for c in copies:
                 c.started()
         except BaseException:
@@ -286,13 +288,13 @@ class MirroredStore:
 class _Copy:
     """One copy's engine process and the pipe to it; `lock` held for each call (one at a time)."""
 
-    def __init__(self, path: Path, lock_wait: float) -> None:
+    def __init__(self, path: Path, lock_wait: float, graph_from: int) -> None:
         # A fresh interpreter (not multiprocessing's spawn, which would import the caller's main module again) with
         # one end of a socket pair as its pipe.
         ours, theirs = socket.socketpair()
         self.path = path
         self.process = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(path), str(theirs.fileno()), str(lock_wait)],
+            [sys.executable, "-m", __name__, str(path), str(theirs.fileno()), str(lock_wait), str(graph_from)],
             pass_fds=[theirs.fileno()],
             env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
         )
@@ -343,7 +345,7 @@ class _Copy:
             self._conn.close()
 
 
-def _engine_process(path: str, conn: Connection, lock_wait: float) -> None:
+def _engine_process(path: str, conn: Connection, lock_wait: float, graph_from: int) -> None:
     """An engine process: lock the copy, open it, answer calls until an empty message or the pipe closes (the
     serving process died: the call in hand is finished first), then close the shard."""
     for stop in (signal.SIGINT, signal.SIGTERM):  # sent to a whole process group: the server stops, then closes this
@@ -351,7 +353,7 @@ def _engine_process(path: str, conn: Connection, lock_wait: float) -> None:
     copy = Path(path)
     try:
         lock = _lock(copy, wait=lock_wait)
-        store = EdgeStore(copy)
+        store = EdgeStore(copy, graph_from=graph_from)
     except Exception as exc:
         conn.send((False, _portable(exc)))
         return
@@ -483,4 +485,4 @@ def _replace(path: Path, data: bytes, *, sync: bool) -> None:
 
 
 if __name__ == "__main__":  # an engine process, started by `_Copy`
-    _engine_process(sys.argv[1], Connection(int(sys.argv[2])), float(sys.argv[3]))
+    _engine_process(sys.argv[1], Connection(int(sys.argv[2])), float(sys.argv[3]), int(sys.argv[4]))

@@ -50,11 +50,11 @@ def crash_on(server: ServerProcess, method: str, path: str, **kwargs: Any) -> No
     assert server.wait() == -9, server.log
 
 
-def restart_and_check_doctor(data: Path, check: Any) -> None:
+def restart_and_check_doctor(data: Path, check: Any, env: dict[str, str] | None = None) -> None:
     # PLUMBLINE_REPAIR_ON_START=false in the environment shows what the start-up repair guards
-    with ServerProcess(data) as server, server.client() as c:
+    with ServerProcess(data, env=env) as server, server.client() as c:
         check(c)
-    result = plumbline("doctor", "--data-dir", str(data))
+    result = plumbline("doctor", "--data-dir", str(data), env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip().endswith("clean")
 
@@ -101,9 +101,25 @@ def test_a_crash_between_the_two_copies_of_a_write(tmp_path: Path, nth: int) -> 
     assert not write_log.exists()
 
 
-def crash_in_the_second_batch(data: Path, crash_at: str) -> None:
+# The first batch leaves 11 points (4 chunks, 3 records, 3 heads, the index's manifest). Only a durable write (the
+# commit markers) can switch the layout: the second batch's commit takes the index past 12 and the shard is reopened
+# for HNSW graphs. Killed there, after the engine wrote the new configuration and before its optimiser ran, the batch
+# is committed (its marker was flushed first), the restart finishes it and opens the index with graphs configured,
+# and later writes and searches work on it.
+def test_a_crash_while_the_index_switches_to_graphs(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    env = {"PLUMBLINE_INDEX_COPIES": "1", "PLUMBLINE_INDEX_GRAPH_FROM": "12"}
+    crash_in_the_second_batch(data, "edge:graph-configured", env)
+    restart_and_check_doctor(data, lambda c: assert_the_second_batch_whole(c, committed=True), env)
+    with ServerProcess(data, env=env) as server, server.client() as c:
+        assert c.post("/documents", json={"documents": [{"id": "late", "text": "A heron nests."}]}).status_code == 200
+        assert search(c, "heron") == {"late"}
+    assert EdgeStore(data / "index").graphs
+
+
+def crash_in_the_second_batch(data: Path, crash_at: str, env: dict[str, str] | None = None) -> None:
     """Ingest KEEP, POL_A and X_OLD, then die by SIGKILL at `crash_at` while ingesting POL_B and X_NEW."""
-    with ServerProcess(data, env={"PLUMBLINE_CRASH_AT": crash_at}) as server:
+    with ServerProcess(data, env={"PLUMBLINE_CRASH_AT": crash_at, **(env or {})}) as server:
         with server.client() as c:
             assert c.post("/documents", json={"documents": [KEEP, POL_A, X_OLD]}).status_code == 200
         crash_on(server, "POST", "/documents", json={"documents": [POL_B, X_NEW]})

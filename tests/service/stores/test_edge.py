@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+import qdrant_edge as qe
 
 from service.filters import Clause, Match, MatchAny
 from service.payload import head_point_id
-from service.stores import edge
+from service.stores import edge, edge_layout
 from service.stores.base import DENSE, StorePoint, VectorQuery
 from service.stores.edge import EdgeStore
 
@@ -26,8 +28,8 @@ def _vectors(n: int, seed: int) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def _store(path: Path, x: np.ndarray) -> EdgeStore:
-    store = EdgeStore(path)
+def _store(path: Path, x: np.ndarray, graph_from: int = edge.GRAPH_FROM) -> EdgeStore:
+    store = EdgeStore(path, graph_from=graph_from)
     store.ensure_schema(DIM)
     points = [
         StorePoint(_uuid(i), {"kind": "chunk", "tenant": "acme" if i % 3 else "globex"}, dense=x[i].tolist())
@@ -72,6 +74,43 @@ def test_writes_after_quantisation_stay_exact_and_survive_reopen(tmp_path: Path)
     assert {h.id for h in hits[:2]} == {_uuid(7), _uuid(N)}
     assert [h.id for h in hits[2:]] == ids[2:]
     store.close()
+
+
+def _graph_segments(index: Path) -> int:
+    """Segments of the shard whose dense index is an HNSW graph (m > 0), as the engine records each one's."""
+    configs = index.glob("segments/*/vector_index-dense/hnsw_config.json")
+    return sum(json.loads(c.read_text())["m"] > 0 for c in configs)
+
+
+def test_past_graph_from_a_write_builds_graphs_that_answer_as_the_scan_did(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # every segment searched through its graph (by default one under 10,000 KB is still scanned)
+    monkeypatch.setattr(edge_layout, "GRAPH", qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=1))
+    x = _vectors(N, seed=3)
+    below = _store(tmp_path / "below", x, graph_from=N + 1)
+    assert not below.graphs
+    assert _graph_segments(tmp_path / "below") == 0
+    below.close()
+    store = _store(tmp_path / "index", x, graph_from=3_000)  # the third batch of 1,000 passes it
+    assert store.graphs
+    assert _graph_segments(tmp_path / "index") >= 1
+    acme = np.array([i % 3 != 0 for i in range(N)])
+    queries = [1, 2, 4, 5, 3_998]  # stored acme vectors, each its own nearest neighbour
+
+    def answers(s: EdgeStore) -> list[list[str]]:
+        tenant = Clause(must=(Match("tenant", "acme"),))
+        return [[h.id for h in s.query([VectorQuery(DENSE, x[i].tolist(), tenant, 10)])[0]] for i in queries]
+
+    found = answers(store)
+    assert [ids[0] for ids in found] == [_uuid(i) for i in queries]
+    overlap = [len(set(ids) & set(_exact(x, x[i], acme, 10)[0])) / 10 for ids, i in zip(found, queries, strict=True)]
+    assert np.mean(overlap) >= 0.9  # approximate, so not always the exact top 10
+    store.close()
+    again = EdgeStore(tmp_path / "index", graph_from=3_000)
+    assert again.graphs  # read back from the shard's configuration
+    assert answers(again) == found
+    again.close()
 
 
 def _head(doc_id: str, gen: int) -> StorePoint:

@@ -6,6 +6,7 @@ Writes are held up for real: the engine process of one copy is stopped (SIGSTOP)
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import shutil
@@ -324,3 +325,23 @@ def test_copies_written_apart_are_made_to_agree_at_the_start(tmp_path: Path) -> 
         again.close()
     assert counts == [3] * 4
     assert contents(first) == contents(second)
+
+
+@pytest.mark.parametrize("copies", ["2", "1"])
+def test_the_graph_threshold_reaches_every_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, copies: str) -> None:
+    monkeypatch.setenv("PLUMBLINE_INDEX_COPIES", copies)
+    monkeypatch.setenv("PLUMBLINE_INDEX_GRAPH_FROM", "3")
+    store = build_store(Settings(data_dir=tmp_path))
+    store.ensure_schema(4)
+    store.upsert([point(1), point(2)])
+    assert _hnsw_m(tmp_path) == {"index": 0} | ({"index-copy": 0} if copies == "2" else {})
+    store.upsert([point(3)])  # the third point: each copy's write reopens its shard for graphs
+    assert _hnsw_m(tmp_path) == {"index": 16} | ({"index-copy": 16} if copies == "2" else {})
+    assert sorted(docs_of(store)) == [point(i).id for i in (1, 2, 3)]
+    store.close()
+
+
+def _hnsw_m(data_dir: Path) -> dict[str, int]:
+    """Each copy's HNSW m, from the configuration its engine keeps on disk."""
+    configs = data_dir.glob("index*/edge_config.json")
+    return {c.parent.name: json.loads(c.read_text())["hnsw_config"]["m"] for c in configs}
