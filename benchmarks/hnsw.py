@@ -10,16 +10,19 @@ against exact float32 search, all in one run.
 The model cannot embed 100k chunks on 2 cores in reasonable time, so the vectors are synthetic but clustered like
 text embeddings (2,000 centres, each point its centre plus noise, unit length); each query is a stored vector plus a
 little noise. Uniformly random 384-dimensional vectors have no neighbourhoods, and on them HNSW's recall collapses
-(0.36 at 100k in a first run): they say nothing about text. Recall on real MiniLM embeddings was measured in issue 12
-(0.995 at hnsw_ef 64-256); the latencies here are what this machine's cores give.
+(0.36 at 100k in a first run): they say nothing about text. `--real` takes recall from real text instead: every
+SciFact chunk of 400 characters embedded by the packaged MiniLM (ONNX Runtime, a few minutes here), queried with the
+300 SciFact test questions; there every segment is searched through its graph (the store scans a segment under
+10,000 KB, about 6,600 vectors), so the graphs are small but the recall is the graph's.
 
-    .venv/bin/python benchmarks/hnsw.py [--sizes 100000 300000] [--queries 100]
+    .venv/bin/python benchmarks/hnsw.py [--sizes 100000 300000] [--queries 100] [--real]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -29,13 +32,47 @@ from typing import Any
 import numpy as np
 import qdrant_edge as qe
 
-from service.stores.edge import _QUANTISE_AFTER_KB, _SEGMENT_KB, DENSE_SEARCH_PARAMS
+from service.stores.edge_layout import DENSE_SEARCH_PARAMS, QUANTISE_AFTER_KB, SEGMENT_KB
 
 DIM = 384
 BATCH = 4096
 # name -> (HNSW m, max segment KB): m=0 is the store's scan
-LAYOUTS = {"int8 scan (the store)": (0, _SEGMENT_KB), "HNSW m=16, the store's segments": (16, _SEGMENT_KB)}
+LAYOUTS = {
+    "int8 scan (the store)": (0, SEGMENT_KB),
+    "HNSW m=16, the store's segments": (16, SEGMENT_KB),
+    "HNSW m=16, segments 10x larger": (16, 10 * SEGMENT_KB),
+}
 CENTRES = 2_000
+
+
+def clustered(n: int, centres: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """n unit vectors, each a random one of `centres` plus noise: neighbourhoods, as text embeddings have."""
+    vectors = centres[rng.integers(len(centres), size=n)] + rng.normal(scale=0.3, size=(n, centres.shape[1]))
+    vectors = vectors.astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def synthetic(n: int, queries: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """n unit vectors around 2,000 centres, and queries that are stored vectors plus a little noise."""
+    vectors = clustered(n, rng.normal(size=(CENTRES, DIM)).astype(np.float32), rng)
+    picks = rng.choice(n, size=queries, replace=False)
+    asked = vectors[picks] + rng.normal(scale=0.1, size=(queries, DIM)).astype(np.float32)
+    return vectors, asked / np.linalg.norm(asked, axis=1, keepdims=True)
+
+
+def scifact(cache: Path) -> tuple[np.ndarray, np.ndarray]:
+    """SciFact's chunks and test questions, embedded by the packaged model as the service embeds them."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.speed import SCIFACT, scifact_chunks
+    from eval.trec import read_qrels, read_queries
+    from service.onnx_models import OnnxEmbedder
+    from service.settings import PACKAGED_MODEL
+
+    embedder = OnnxEmbedder(PACKAGED_MODEL, cache=cache)
+    test = read_qrels(SCIFACT / "qrels" / "test.tsv")
+    questions = [q for i, q in read_queries(SCIFACT / "queries.jsonl").items() if i in test]
+    texts = [c.embed_text for _, c in scifact_chunks(400)]
+    return np.asarray(embedder.embed_documents(texts)), np.asarray(embedder.embed_queries(questions))
 
 
 def build(path: Path, vectors: np.ndarray, m: int, segment_kb: int) -> tuple[Any, float, float]:
@@ -45,7 +82,7 @@ def build(path: Path, vectors: np.ndarray, m: int, segment_kb: int) -> tuple[Any
         vectors={"dense": qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine)},
         hnsw_config=hnsw,
         quantization_config=qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, memory=qe.Memory.Pinned),
-        optimizers=qe.EdgeOptimizersConfig(indexing_threshold=_QUANTISE_AFTER_KB, max_segment_size=segment_kb),
+        optimizers=qe.EdgeOptimizersConfig(indexing_threshold=QUANTISE_AFTER_KB, max_segment_size=segment_kb),
     )
     path.mkdir(parents=True)
     shard = qe.EdgeShard.create(str(path), config)
@@ -81,17 +118,15 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 300_000])
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--ef", type=int, nargs="+", default=[128, 512])
+    parser.add_argument("--real", action="store_true", help="SciFact's chunks and questions, embedded (one size)")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     print("| vectors | layout | write s | optimiser s | search | p50 ms | vs scan | recall@10 | recall@100 |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for n in args.sizes:
-        centres = rng.normal(size=(CENTRES, DIM)).astype(np.float32)
-        vectors = centres[rng.integers(CENTRES, size=n)] + rng.normal(scale=0.3, size=(n, DIM)).astype(np.float32)
-        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-        picks = rng.choice(n, size=args.queries, replace=False)
-        queries = vectors[picks] + rng.normal(scale=0.1, size=(args.queries, DIM)).astype(np.float32)
-        queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    for n in [0] if args.real else args.sizes:
+        with tempfile.TemporaryDirectory() as models:
+            vectors, queries = scifact(Path(models)) if args.real else synthetic(n, args.queries, rng)
+        n = len(vectors)
         exact = [list(np.argsort(-(vectors @ q))[:100]) for q in queries]
         scan_ms = None
         with tempfile.TemporaryDirectory() as tmp:

@@ -44,6 +44,7 @@ import httpx
 import numpy as np
 from rank_bm25 import BM25Okapi
 
+from benchmarks.hnsw import CENTRES, clustered
 from eval.http import no_delay_client
 from eval.trec import read_queries
 from service.chunking import Chunker, ChunkerConfig
@@ -67,7 +68,8 @@ from service.runtime import build_store
 from service.settings import PACKAGED_MODEL, Settings
 from service.sparse import Bm25Encoder, Bm25Params
 from service.stores.base import ScoredPoint, StorePoint, VectorQuery, VectorStore
-from service.stores.edge import DENSE_SEARCH_PARAMS, EdgeStore
+from service.stores.edge import EdgeStore
+from service.stores.edge_layout import DENSE_SEARCH_PARAMS, GRAPH_FROM
 from service.tokenizer import Tokenizer, TokenizerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -388,16 +390,22 @@ def first_start(tmp: Path) -> dict[str, float]:
     return out
 
 
-def fill_random(store: EdgeStore, chunks: list[tuple[Document, Chunk]], n: int, dim: int) -> None:
-    """n chunk points: real text and BM25 (SciFact chunks cycled), random unit dense vectors."""
+def fill_random(store: EdgeStore, chunks: list[tuple[Document, Chunk]], n: int, dim: int, *, centres: int = 0) -> None:
+    """n chunk points: real text and BM25 (SciFact chunks cycled), random unit dense vectors: uniform, or around
+    `centres` random centres (`benchmarks/hnsw.py`: an HNSW graph finds no neighbourhoods among uniform ones)."""
     encoder = Bm25Encoder(Tokenizer(TokenizerConfig()), Bm25Params(avg_len=80.0))
     rng = np.random.default_rng(0)
+    around = rng.normal(size=(centres, dim)).astype(np.float32) if centres else None
     sparse = [encoder.encode_document(c.embed_text) for _, c in chunks]
     per_doc = Counter(d.id for d, _ in chunks)  # the record's chunk count, as the integrity check verifies
     for start in range(0, n, 4096):
         points = []
-        vectors = rng.normal(size=(min(4096, n - start), dim)).astype(np.float32)
-        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        size = min(4096, n - start)
+        if around is None:
+            vectors = rng.normal(size=(size, dim)).astype(np.float32)
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        else:
+            vectors = clustered(size, around, rng)
         for j, vector in enumerate(vectors):
             i = start + j
             doc, chunk = chunks[i % len(chunks)]
@@ -486,14 +494,14 @@ def latency(
 
 def engine_floor(path: Path, queries: np.ndarray) -> tuple[float, float, float]:
     """The bare engine on one unfiltered dense top-100 query (no payload, no embedding, no HTTP), p50 ms two ways:
-    the store's own `DENSE_SEARCH_PARAMS` (int8 scan, top 2x rescored on float32) and a float32 scan (quantisation
-    ignored), and the overlap of their top 100s."""
+    the store's own `DENSE_SEARCH_PARAMS` (int8, scanned or through the HNSW graphs, the top 2x rescored on float32)
+    and an exact float32 scan, and the overlap of their top 100s."""
     import qdrant_edge as qe
 
     shard = qe.EdgeShard.load(str(path))
     params = {
         "int8": DENSE_SEARCH_PARAMS,
-        "float32": qe.SearchParams(quantization=qe.QuantizationSearchParams(ignore=True)),
+        "float32": qe.SearchParams(exact=True),  # a scan of the originals, graph or not
     }
     times: dict[str, list[float]] = {name: [] for name in params}
     overlap = []
@@ -535,39 +543,43 @@ def rerank_model(folder: Path) -> str:
 
 
 def million(tmp: Path, chunks: list[tuple[Document, Chunk]], queries: Sequence[str]) -> float:
-    """Hybrid over HTTP at 1M chunks against 100k in the same run (random dense vectors, real BM25 text), with the
-    bare engine's scan and the time to write and optimise each index; returns the 1M p50 (ms)."""
+    """Hybrid over HTTP at 1M chunks against 100k in the same run (random dense vectors around 2,000 centres, real
+    BM25 text): 100k with the dense side scanned and with HNSW graphs, 1M with the default threshold (graphs), with
+    the bare engine's dense query, a float32 exact scan and the time to write and optimise each index; returns the
+    1M p50 (ms)."""
     models = {"PLUMBLINE_MODEL_CACHE": str(tmp / "models")}
     embedder = OnnxEmbedder(PACKAGED_MODEL, cache=tmp / "models")  # queries only
     vectors, dimension = embedder.embed_queries(list(queries)), embedder.dimension
     rows = []
-    for n in (100_000, 1_000_000):
-        data_dir = tmp / f"n{n}"
-        store = EdgeStore(data_dir / "index")
+    for n, graph_from in ((100_000, 10**9), (100_000, 0), (1_000_000, GRAPH_FROM)):
+        data_dir = tmp / f"n{n}-{graph_from}"
+        store = EdgeStore(data_dir / "index", graph_from=graph_from)
         store.ensure_schema(dimension)
         start = time.perf_counter()
-        fill_random(store, chunks, n, dimension)
+        fill_random(store, chunks, n, dimension, centres=CENTRES)
+        graphs = store.graphs
         store.close()  # flushed and optimised
         built = time.perf_counter() - start
-        floor, _, _ = engine_floor(data_dir / "index", vectors)
+        floor, exact, overlap = engine_floor(data_dir / "index", vectors)
         url, stop = serve(data_dir, "", env=models)
         try:
             p50, p95, stages = latency(url, queries, MODES["hybrid"])
         finally:
             stop()
-        rows.append((n, built, floor, p50, p95, stages))
+        rows.append((n, "HNSW graphs" if graphs else "scan", built, floor, exact, overlap, p50, p95, stages))
         print(f"[{n:,} chunks written in {built:.0f} s]", file=sys.stderr)
     print(f"\n### Hybrid at 1M chunks against 100k, {len(queries)} SciFact queries, HTTP, p50 ms\n")
     print(
-        "| chunks | written + optimised s | bare dense scan | hybrid p50 (HTTP) | p95 | pipeline | retrieve | vs 100k |"
+        "| chunks | dense side | written + optimised s | bare dense query | float32 exact scan | top-100 overlap | "
+        "hybrid p50 (HTTP) | p95 | pipeline | retrieve | vs 100k scan |"
     )
-    print("|---|---|---|---|---|---|---|---|")
-    for n, built, floor, p50, p95, stages in rows:
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for n, layout, built, floor, exact, overlap, p50, p95, stages in rows:
         print(
-            f"| {n:,} | {built:.0f} | {floor:.1f} | {p50:.1f} | {p95:.1f} | {stages['total']:.1f} | "
-            f"{stages.get('retrieve', 0.0):.1f} | {p50 / rows[0][3]:.2f} |"
+            f"| {n:,} | {layout} | {built:.0f} | {floor:.1f} | {exact:.1f} | {overlap:.3f} | {p50:.1f} | {p95:.1f} | "
+            f"{stages['total']:.1f} | {stages.get('retrieve', 0.0):.1f} | {p50 / rows[0][6]:.2f} |"
         )
-    return rows[1][3]
+    return rows[-1][6]
 
 
 def main() -> None:
@@ -603,7 +615,7 @@ def main() -> None:
     )
     rows = []
     breakdown: list[tuple[int, str, dict[str, float]]] = []
-    scans: list[tuple[int, float, float, float]] = []
+    scans: list[tuple[int, str, float, float, float]] = []
     sizes = [(2_000, "real") if args.quick else (10_000, "real"), (100_000, "random dense vectors")]
     for n, kind in sizes:
         settings = Settings(data_dir=tmp / f"n{n}", default_rerank=False)
@@ -617,7 +629,7 @@ def main() -> None:
         else:
             store.ensure_schema(embedder.dimension)
             fill_random(store, chunks, n, embedder.dimension)
-        points = store.count(of_kind("chunk"))
+        points, graphs = store.count(of_kind("chunk")), store.graphs
         store.close()
         floor, float32, overlap = engine_floor(settings.data_dir / "index", embedder.embed_queries(queries))
         url, stop = serve(settings.data_dir, reranker_path, env=models)
@@ -648,9 +660,10 @@ def main() -> None:
                 f"\n### Hybrid at {n:,} chunks in-process, p50 ms: total {total:.1f} = embedding {embed:.1f} + engine "
                 f"calls {engine:.1f} + the pipeline's own work {own:.1f}"
             )
-        rows.append((n, "bare engine: dense top-100, no filter, no payload", "floor", floor, floor, floor))
-        rows.append((n, "bare engine, float32 scan (quantisation ignored)", "floor", float32, float32, float32))
-        scans.append((n, floor, float32, overlap))
+        layout = "HNSW graphs" if graphs else "int8 scan"
+        rows.append((n, f"bare engine: dense top-100 ({layout}), no filter, no payload", "floor", floor, floor, floor))
+        rows.append((n, "bare engine, exact float32 scan", "floor", float32, float32, float32))
+        scans.append((n, layout, floor, float32, overlap))
         b50, b95 = bm25_baseline(chunks, n, queries)
         rows.append((n, "rank_bm25 BM25Okapi, in-process, no HTTP", "keyword baseline", b50, b95, b50))
     print("\n### /search latency, SciFact test queries, k=10, candidates=100, 2 cores\n")
@@ -664,11 +677,14 @@ def main() -> None:
     print("|---|---|" + "---|" * len(names))
     for n, mode, stages in breakdown:
         print(f"| {n:,} | {mode} | " + " | ".join(f"{stages.get(s, 0.0):.1f}" for s in names) + " |")
-    print("\n### Dense scan: int8 with float32 rescoring (the default) against a float32 scan, same shard\n")
-    print("| chunks | int8 + rescore p50 ms | float32 p50 ms | ratio | top-100 overlap |")
-    print("|---|---|---|---|---|")
-    for n, q8, f32, overlap in scans:
-        print(f"| {n:,} | {q8:.1f} | {f32:.1f} | {q8 / f32:.2f} | {overlap:.4f} |")
+    print(
+        "\n### The store's dense query (int8, scanned or through HNSW graphs past the threshold, the top 2x rescored "
+        "on float32) against an exact float32 scan, same shard\n"
+    )
+    print("| chunks | dense side | int8 + rescore p50 ms | float32 exact p50 ms | ratio | top-100 overlap |")
+    print("|---|---|---|---|---|---|")
+    for n, layout, q8, f32, overlap in scans:
+        print(f"| {n:,} | {layout} | {q8:.1f} | {f32:.1f} | {q8 / f32:.2f} | {overlap:.4f} |")
     # 1M chunks take a run of their own: --million
     print("\n" + " ".join(f"{k}={v:.2f}" for k, v in summary.items()) + " hybrid_p50_ms_1m=not_measured")
 
