@@ -140,20 +140,22 @@ class EdgeStore:
                 if durable:
                     self._open.flush()
                     self._open.optimize()  # a no-op until the appendable segment passes QUANTISE_AFTER_KB
-                    if not self.graphs and self._open.info().points_count >= self.graph_from:
-                        self._build_graphs()
+                    if not self.graphs:
+                        self._build_graphs_past_threshold()
         except StoreUnavailable as exc:
             self._failure = self._failure or f"{exc}; the engine may refuse writes until reopened: restart the service"
             raise
         finally:
             self._forget()
 
-    def _build_graphs(self) -> None:
-        """Reopen the shard with the graph configuration and let the optimiser rebuild every segment with one. A
-        crash part-way leaves the configuration switched (the engine writes it at load) and some segments without a
-        graph; those are scanned, and the next write's `optimize()` builds the rest."""
-        start = time.perf_counter()
+    def _build_graphs_past_threshold(self) -> None:
+        """Past `graph_from` points, reopen the shard with the graph configuration and let the optimiser rebuild
+        every segment with one. A crash part-way leaves the configuration switched (the engine writes it at load) and
+        some segments without a graph; those are scanned, and the next write's `optimize()` builds the rest."""
         points = self._open.info().points_count
+        if points < self.graph_from:
+            return
+        start = time.perf_counter()
         self._shard.close()
         self._shard = None
         dimension = _persisted(self.path)["vectors"][DENSE]["size"]

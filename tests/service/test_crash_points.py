@@ -114,7 +114,9 @@ def test_a_crash_while_the_index_switches_to_graphs(tmp_path: Path) -> None:
     with ServerProcess(data, env=env) as server, server.client() as c:
         assert c.post("/documents", json={"documents": [{"id": "late", "text": "A heron nests."}]}).status_code == 200
         assert search(c, "heron") == {"late"}
-    assert EdgeStore(data / "index").graphs
+    store = EdgeStore(data / "index")
+    assert store.graphs
+    store.close()
 
 
 def crash_in_the_second_batch(data: Path, crash_at: str, env: dict[str, str] | None = None) -> None:

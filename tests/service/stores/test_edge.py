@@ -28,7 +28,7 @@ def _vectors(n: int, seed: int) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def _store(path: Path, x: np.ndarray, graph_from: int = edge.GRAPH_FROM) -> EdgeStore:
+def _store(path: Path, x: np.ndarray, graph_from: int = edge_layout.GRAPH_FROM) -> EdgeStore:
     store = EdgeStore(path, graph_from=graph_from)
     store.ensure_schema(DIM)
     points = [
