@@ -561,7 +561,8 @@ def million(tmp: Path, chunks: list[tuple[Document, Chunk]], queries: Sequence[s
         store.close()  # flushed and optimised
         built = time.perf_counter() - start
         floor, exact, overlap = engine_floor(data_dir / "index", vectors)
-        url, stop = serve(data_dir, "", env=models)
+        # served with the row's own threshold, so no write of the server's can switch the layout measured
+        url, stop = serve(data_dir, "", env={**models, "PLUMBLINE_INDEX_GRAPH_FROM": str(graph_from)})
         try:
             p50, p95, stages = latency(url, queries, MODES["hybrid"])
         finally:
