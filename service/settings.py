@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.domain import FusionMethod, Mode
+from service.stores.edge_layout import GRAPH_FROM
 
 PACKAGED_MODEL = "packaged:all-MiniLM-L6-v2"
 
@@ -38,7 +39,7 @@ class Settings(BaseSettings):
         "the engine's segment work (1-2 s) during an ingest",
     )
     index_graph_from: int = Field(
-        300_000,
+        GRAPH_FROM,
         ge=0,
         description="the embedded index: past this many points (chunks, plus a record and a head per document) a "
         "write rebuilds each copy's segments with HNSW graphs (m=16, int8, rescored), one-way; below it the dense "

@@ -16,7 +16,6 @@ from typing import Any
 
 import qdrant_edge as qe
 
-from service.settings import Settings
 from service.stores.base import DENSE, SPARSE, FieldType
 
 SCHEMA = {
@@ -33,7 +32,9 @@ SEGMENT_KB = 20_000
 SCAN = qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10**9)  # no graph: every segment scanned
 # a segment below full_scan_threshold KB (about 6,600 vectors), and a filter that leaves fewer points, is scanned
 GRAPH = qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000)
-GRAPH_FROM: int = Settings.model_fields["index_graph_from"].default
+# the default of PLUMBLINE_INDEX_GRAPH_FROM (service.settings), here so that an engine process need not import the
+# settings (pydantic: 0.13 s of its 0.29 s start); why 300,000 points: README, Speed
+GRAPH_FROM = 300_000
 # every dense query: int8 (scan or graph), the top 2x rescored on float32 (benchmarks/speed.py measures both against a
 # float32 scan); hnsw_ef is the graph's beam width, unused by a scan
 DENSE_SEARCH_PARAMS = qe.SearchParams(
