@@ -28,6 +28,7 @@ os.environ.setdefault("PLUMBLINE_MODEL_CACHE", str(Path(tempfile.gettempdir()) /
 from service.chunking import Chunker, ChunkerConfig
 from service.domain import Document
 from service.embedding import Embedder
+from service.embedding_cache import CachedEmbedder
 from service.index import Index
 from service.loaders import iter_documents
 from service.onnx_models import OnnxEmbedder
@@ -40,6 +41,8 @@ from tests.service.stores.fake_qdrant import FakeQdrantServer
 
 ROOT = Path(__file__).resolve().parents[1]
 HANDBOOK = ROOT / "demo" / "handbook"
+# the handbook's chunk embeddings by the packaged model, as `make run` starts from (`make demo-embeddings`)
+SEED = ROOT / "demo" / "handbook.embeddings.npz"
 
 
 @pytest.fixture(scope="session")
@@ -73,9 +76,16 @@ def minilm() -> Embedder:
 def handbook_index(
     minilm: Embedder, handbook_docs: list[Document], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Index]:
-    """The demo handbook in an embedded store with real embeddings; shared, so tests must not write to it."""
-    store = EdgeStore(tmp_path_factory.mktemp("handbook") / "index")
-    index = Index(store, minilm, Chunker(ChunkerConfig()), TokenizerConfig(), Bm25Params())
+    """The demo handbook in an embedded store with real embeddings; shared, so tests must not write to it.
+
+    Ingested through the real path with the model behind the embedding cache, seeded from the shipped seed as
+    `make run` is: the 535 chunks' vectors come from the seed (the model's own output, kept current by
+    tests/service/test_embedding_cache.py) instead of 18 s of the model per test worker; queries run the model."""
+    folder = tmp_path_factory.mktemp("handbook")
+    embedder = CachedEmbedder(minilm, folder / "embeddings.db")
+    embedder.seed(SEED)
+    store = EdgeStore(folder / "index")
+    index = Index(store, embedder, Chunker(ChunkerConfig()), TokenizerConfig(), Bm25Params())
     index.ingest(handbook_docs)
     yield index
     store.close()

@@ -17,9 +17,8 @@ from service.settings import PACKAGED_MODEL, Settings
 from service.sparse import Bm25Params
 from service.stores.edge import EdgeStore
 from service.tokenizer import TokenizerConfig
+from tests.conftest import SEED
 from tests.fakes import FakeEmbedder
-
-SEED = Path(__file__).resolve().parents[2] / "demo" / "handbook.embeddings.npz"
 
 
 class CountingFakeEmbedder(FakeEmbedder):
