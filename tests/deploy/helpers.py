@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
 PROMETHEUS_CONFIG = PROMETHEUS_DIR / "prometheus.yml"
 RULES = PROMETHEUS_DIR / "rules" / "plumbline.yml"
-RULE_TESTS = PROMETHEUS_DIR / "tests" / "plumbline_test.yml"
+# the alert rules' unit tests: plumbline_test.yml evaluated every minute, plumbline_stale_test.yml every hour
+RULE_TESTS = tuple(sorted((PROMETHEUS_DIR / "tests").glob("*_test.yml")))
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "plumbline.json"
 
 # Every series name the service exports (histograms as their _bucket/_sum/_count series), and Prometheus's `up`.

@@ -1,5 +1,5 @@
 """The Prometheus config and alert rules: promtool accepts them, every alert has a unit test that fires it
-and they all pass (deploy/prometheus/tests/plumbline_test.yml), and rules select only exported metrics."""
+and they all pass (deploy/prometheus/tests/*_test.yml), and rules select only exported metrics."""
 
 from __future__ import annotations
 
@@ -35,14 +35,15 @@ def test_promtool_check_config_finds_the_rules(tmp_path: Path) -> None:
 
 
 def test_promtool_unit_tests_pass(tmp_path: Path) -> None:
-    result = run_promtool("test", "rules", str(RULE_TESTS), cwd=tmp_path)
+    assert len(RULE_TESTS) == 2
+    result = run_promtool("test", "rules", *map(str, RULE_TESTS), cwd=tmp_path)
     assert result.returncode == 0, result.stdout
 
 
 def _exp_alerts_by_name() -> dict[str, list[dict[str, Any]]]:
     """alertname -> the expected alerts of every `alert_rule_test` entry that expects it to fire."""
     firing: dict[str, list[dict[str, Any]]] = {}
-    for test in load_yaml(RULE_TESTS)["tests"]:
+    for test in (test for file in RULE_TESTS for test in load_yaml(file)["tests"]):
         for check in test.get("alert_rule_test", []):
             if check.get("exp_alerts"):
                 firing.setdefault(check["alertname"], []).extend(check["exp_alerts"])
@@ -52,7 +53,7 @@ def _exp_alerts_by_name() -> dict[str, list[dict[str, Any]]]:
 def test_every_alert_has_a_firing_unit_test() -> None:
     firing = _exp_alerts_by_name()
     untested = [rule["alert"] for rule in alert_rules() if rule["alert"] not in firing]
-    assert not untested, f"alerts without an exp_alerts test in {RULE_TESTS.name}: {untested}"
+    assert not untested, f"alerts without an exp_alerts test in {[f.name for f in RULE_TESTS]}: {untested}"
 
 
 def test_unit_tests_check_labels_and_annotations() -> None:
@@ -62,8 +63,9 @@ def test_unit_tests_check_labels_and_annotations() -> None:
             assert set(alert.get("exp_annotations", {})) == {"summary", "description", "runbook"}, name
 
 
-def test_unit_tests_load_the_rules_file() -> None:
-    files = [(RULE_TESTS.parent / f).resolve() for f in load_yaml(RULE_TESTS)["rule_files"]]
+@pytest.mark.parametrize("tests", RULE_TESTS, ids=lambda path: path.name)
+def test_unit_tests_load_the_rules_file(tests: Path) -> None:
+    files = [(tests.parent / f).resolve() for f in load_yaml(tests)["rule_files"]]
     assert files == [RULES.resolve()]
 
 
