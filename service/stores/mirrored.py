@@ -8,7 +8,8 @@ two copies, `<data dir>/index` and `<data dir>/index-copy`, each opened by an `E
 first locks it (`<copy>.lock`: a restarted server waits for the engine processes of a killed one to finish their
 write and exit). A write is applied to the first copy, then to the second, under one lock; a read goes to a copy
 not being written (an idle one first). So a search never waits behind a write, and reads never see the index go
-back: while the second copy is written, reads go to the first, which has the write already.
+back: while the second copy is written, reads go to the first, which has the write already. (A new index's first
+write, its schema, goes to both at once: nothing can be read before it.)
 
 Nothing acknowledged is lost if the serving process dies between the two copies: each write is logged
 (`<data dir>/index-writes.log`, replaced atomically, fsync'd when durable) before the first copy gets it and
@@ -36,6 +37,7 @@ import sys
 import threading
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -182,7 +184,16 @@ class MirroredStore:
 
     def _apply(self, call: bytes) -> None:
         """Apply a logged write to each copy in turn (the caller holds the write lock), then drop the log; a copy
-        that fails is read no more, and the log stays for the next start."""
+        that fails is read no more, and the log stays for the next start. The first write of a new index (its schema,
+        which creates both copies) goes to both at once: neither can be read before it, and its twelve field indexes,
+        each flushed by the engine, cost half the wait in parallel (0.2 s instead of 0.4 per new index)."""
+        if _holds_shard(self._paths[0]):
+            self._in_turn(call)
+        else:
+            self._at_once(call)
+        self._log.unlink(missing_ok=True)
+
+    def _in_turn(self, call: bytes) -> None:
         first, second = self._copies
         first.writing = True
         try:
@@ -197,7 +208,17 @@ class MirroredStore:
                 self._on(second, call)
         finally:
             second.writing = False
-        self._log.unlink(missing_ok=True)
+
+    def _at_once(self, call: bytes) -> None:
+        def on(copy: _Copy) -> None:
+            with copy.lock:
+                self._on(copy, call)
+
+        with ThreadPoolExecutor(len(self._copies), thread_name_prefix="plumbline-copies") as pool:
+            first, second = (pool.submit(on, c) for c in self._copies)
+            first.result()  # raises the first copy's error, having waited for the second's answer (the pool's exit)
+            crash_point("copies:first-written")
+        second.result()
 
     def _on(self, copy: _Copy, call: bytes) -> None:
         try:
@@ -281,8 +302,10 @@ class MirroredStore:
 
     def close(self) -> None:
         with self._write_lock:
+            for c in self._copies:  # both engine processes close their shards at once
+                c.stop()
             for c in self._copies:
-                c.close()
+                c.join()
 
 
 class _Copy:
@@ -332,10 +355,18 @@ class _Copy:
             self.process.wait(timeout=1)
         return StoreUnavailable(f"the engine process of {self.path.name} exited (code {self.process.returncode})")
 
+    def stop(self) -> None:
+        """Ask the engine process to close its shard and exit (`join` waits for it)."""
+        with self.lock, suppress(OSError):  # already gone
+            self._conn.send_bytes(b"")
+
     def close(self) -> None:
+        self.stop()
+        self.join()
+
+    def join(self) -> None:
+        """Wait for the engine process to exit (killing it after 60 s), then close the pipe."""
         with self.lock:
-            with suppress(OSError):  # already gone
-                self._conn.send_bytes(b"")
             try:
                 self.process.wait(timeout=60)
             except subprocess.TimeoutExpired:

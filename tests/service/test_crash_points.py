@@ -101,6 +101,23 @@ def test_a_crash_between_the_two_copies_of_a_write(tmp_path: Path, nth: int) -> 
     assert not write_log.exists()
 
 
+# A new index's first write (its schema, at the server's start) goes to both copies at once; killed when the first
+# has answered, the second may have it or not: the restart makes the copies agree and applies the write to both.
+def test_a_crash_while_a_new_index_gets_its_schema(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    server = ServerProcess(data, env={"PLUMBLINE_CRASH_AT": "copies:first-written#1"}).start(wait_ready=False)
+    assert server.wait() == -9, server.log
+
+    def check(c: httpx.Client) -> None:
+        assert c.post("/documents", json={"documents": [KEEP]}).status_code == 200
+        assert search(c, "kestrel") == {"keep"}
+
+    restart_and_check_doctor(data, check)
+    first, second, write_log = copy_paths(data / "index")
+    assert points_of(first) == points_of(second) != {}
+    assert not write_log.exists()
+
+
 # The first batch leaves 11 points (4 chunks, 3 records, 3 heads, the index's manifest). Only a durable write (the
 # commit markers) can switch the layout: the second batch's commit takes the index past 12 and the shard is reopened
 # for HNSW graphs. Killed there, after the engine wrote the new configuration and before its optimiser ran, the batch

@@ -143,6 +143,22 @@ def test_once_the_first_copy_has_a_write_no_read_sees_the_index_without_it(
     assert not write_log.exists()
 
 
+def test_a_new_index_sends_its_schema_to_both_copies_at_once(tmp_path: Path) -> None:
+    store = MirroredStore(tmp_path / "index")
+    store._copies[0].process.kill()  # the first copy fails its write; in turn, the second would not be sent it
+    with pytest.raises(StoreUnavailable):
+        store.ensure_schema(4)
+    store.close()
+    first, second, write_log = copy_paths(tmp_path / "index")
+    assert not mirrored._holds_shard(first)
+    assert mirrored._holds_shard(second)
+    assert write_log.exists()  # the next start makes the first copy from the second and applies the write to both
+    again = MirroredStore(tmp_path / "index")
+    again.upsert([point(1)])
+    again.close()
+    assert contents(first) == contents(second) != {}
+
+
 def test_between_the_two_copies_reads_see_the_write(store: MirroredStore, monkeypatch: pytest.MonkeyPatch) -> None:
     # the writer held where the first copy has the write, its lock is free, and the second is not yet taken
     between, go_on = threading.Event(), threading.Event()
