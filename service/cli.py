@@ -153,7 +153,7 @@ def _doctor(args: argparse.Namespace) -> int:
     runtime = Runtime(_settings(args))
     try:
         try:
-            runtime.warm_up(check=False)
+            runtime.warm_up(check=False, search=False)
         except IndexMismatch as exc:  # report it with the rest, from the bare store
             store = build_store(runtime.settings)
             try:

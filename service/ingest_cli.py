@@ -62,7 +62,7 @@ def _ingest(args: argparse.Namespace) -> int:
             from service.runtime import Runtime
 
             runtime = Runtime(_settings(args))
-            runtime.warm_up()
+            runtime.warm_up(search=False)
             try:
                 for batch in _batches(docs, args.batch_size):
                     try:

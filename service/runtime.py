@@ -354,9 +354,11 @@ class Runtime:
             return
         self.scheduler.start()
 
-    def warm_up(self, *, check: bool = True) -> None:
+    def warm_up(self, *, check: bool = True, search: bool = True) -> None:
         """Take the lock, load the models, open the store, run the integrity check (unless `check` is off:
-        `plumbline doctor` runs its own), ingest the preload folders, then turn ready."""
+        `plumbline doctor` runs its own), ingest the preload folders, then turn ready. With `search` off (`doctor`,
+        `ingest`: commands that never search) there is no cross-encoder to load, nor a search pipeline: a rerank
+        model that is missing or not exported yet neither fails nor slows them."""
         s = self.settings
         self.lock.acquire()
         if self._state is None:
@@ -371,7 +373,7 @@ class Runtime:
             embedder = cache = CachedEmbedder(embedder, path, variant=s.document_prefix)
             if s.embedding_seed is not None:
                 log.info("embedding cache: %d vector(s) added from %s", cache.seed(s.embedding_seed), s.embedding_seed)
-        reranker = (self.components.reranker or build_reranker)(s)
+        reranker = (self.components.reranker or build_reranker)(s) if search else None
         store = self._store = (self.components.store or build_store)(s)
         embedder.embed_queries(["warm-up"])  # the first forward pass is slow: pay it before readiness
         if reranker is not None:
@@ -380,14 +382,15 @@ class Runtime:
         for folder in self.preload:
             self._until_reachable(functools.partial(self._preload, index, folder))
         self._index = index
-        self._pipeline = SearchPipeline(
-            store,
-            embedder,
-            index.encoder,
-            reranker,
-            Limits(s.max_k, s.max_candidates, s.max_rerank_depth, s.max_query_chars),
-            observe_stage=self.metrics.observe_stage if self.metrics else None,
-        )
+        if search:
+            self._pipeline = SearchPipeline(
+                store,
+                embedder,
+                index.encoder,
+                reranker,
+                Limits(s.max_k, s.max_candidates, s.max_rerank_depth, s.max_query_chars),
+                observe_stage=self.metrics.observe_stage if self.metrics else None,
+            )
         # The models leave ~450k objects that every full garbage collection would scan (330 ms with the GIL held:
         # every request waits). They live as long as the process: move them out of the collector's sight.
         gc.collect()

@@ -58,6 +58,19 @@ def test_ingest_reports_totals_and_skips_unchanged(
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == {"documents": 3, "chunks": 0, "unchanged": 3}
 
 
+def test_doctor_and_ingest_never_load_the_cross_encoder(
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a rerank model that cannot be loaded: only a command that searches needs it, and that one says so
+    monkeypatch.setenv("PLUMBLINE_RERANK_MODEL", str(tmp_path / "no-such-cross-encoder"))
+    data = tmp_path / "data"
+    assert main(["ingest", str(corpus), "--data-dir", str(data)]) == EXIT_OK
+    assert main(["doctor", "--data-dir", str(data)]) == EXIT_OK
+    assert capsys.readouterr().out.strip().endswith("clean")
+    assert main(["eval", "run", "--data-dir", str(data), "--set", str(corpus / "set.jsonl")]) == EXIT_BAD_INPUT
+    assert "no-such-cross-encoder" in capsys.readouterr().err
+
+
 def test_eval_exit_codes_in_process(
     corpus: Path, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
