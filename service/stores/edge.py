@@ -93,6 +93,11 @@ class EdgeStore:
         self._generations: dict[str, int] = {}
         self._writes = 0
         self._cache_lock = threading.Lock()
+        # reads in the engine now, and whether the shard is being reopened (`_build_graphs_past_threshold`), which
+        # waits for those reads and holds new ones until the shard is open again
+        self._gate = threading.Condition()
+        self._reads = 0
+        self._reopening = False
         self.graphs = False  # whether the shard is configured for HNSW graphs
         if path.exists() and any(path.iterdir()):
             with _engine("open the index"):
@@ -114,6 +119,22 @@ class EdgeStore:
             raise PlumblineError(f"the index in {self.path} has no schema yet: call ensure_schema first")
         return self._shard
 
+    @contextmanager
+    def _reading(self, doing: str) -> Iterator[Any]:
+        """The open shard for a read, engine errors as `StoreUnavailable` (`_engine`); while the shard is being
+        reopened, the read waits for it instead of meeting it closed."""
+        with self._gate:
+            self._gate.wait_for(lambda: not self._reopening)
+            self._reads += 1
+        try:
+            with _engine(doing):
+                yield self._open
+        finally:
+            with self._gate:
+                self._reads -= 1
+                if self._reopening:
+                    self._gate.notify_all()
+
     def upsert(self, points: Sequence[StorePoint], *, durable: bool = True) -> None:
         self._write(qe.UpdateOperation.upsert_points([_point(p) for p in points]), durable=durable)
 
@@ -125,9 +146,10 @@ class EdgeStore:
 
     def purge(self, ids: Sequence[str]) -> None:
         # The engine reads a point's payload to delete it, and fails (then refuses every later write) on one
-        # it cannot deserialise; overwriting the payload first needs no read.
-        with _engine("read from the index"):  # only ids that exist: the engine refuses a write naming a missing one
-            present: list[Any] = [r.id for r in self._open.retrieve(list(ids), with_payload=False, with_vector=False)]
+        # it cannot deserialise; overwriting the payload first needs no read. Only ids that exist: the engine refuses
+        # a write naming a missing one.
+        with self._reading("read from the index") as shard:
+            present: list[Any] = [r.id for r in shard.retrieve(list(ids), with_payload=False, with_vector=False)]
         if present:
             self._write(qe.UpdateOperation.overwrite_payload(present, {}))
             self._write(qe.UpdateOperation.delete_points(present))
@@ -156,10 +178,18 @@ class EdgeStore:
         if points < self.graph_from:
             return
         start = time.perf_counter()
-        self._shard.close()
-        self._shard = None
-        dimension = _persisted(self.path)["vectors"][DENSE]["size"]
-        self._shard = qe.EdgeShard.load(str(self.path), with_graphs(dimension))
+        with self._gate:
+            self._reopening = True
+            self._gate.wait_for(lambda: not self._reads)
+        try:
+            self._shard.close()
+            self._shard = None
+            dimension = _persisted(self.path)["vectors"][DENSE]["size"]
+            self._shard = qe.EdgeShard.load(str(self.path), with_graphs(dimension))
+        finally:
+            with self._gate:
+                self._reopening = False
+                self._gate.notify_all()
         self.graphs = True
         crash_point("edge:graph-configured")
         self._shard.optimize()
@@ -206,20 +236,20 @@ class EdgeStore:
         ]
         results: list[Any] = []
         for start in range(0, len(requests), QUERIES_PER_CALL):
-            with _engine("search the index"):
-                results += self._open.query_batch(qe.QueryBatchRequest(requests[start : start + QUERIES_PER_CALL]))
+            with self._reading("search the index") as shard:
+                results += shard.query_batch(qe.QueryBatchRequest(requests[start : start + QUERIES_PER_CALL]))
         return [[ScoredPoint(str(p.id), float(p.score), p.payload or {}) for p in res] for res in results]
 
     def retrieve(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> list[ScoredPoint]:
         payload = qe.PayloadSelector.Include(list(fields)) if fields else True
-        with _engine("read from the index"):
-            records = self._open.retrieve(list(ids), with_payload=payload, with_vector=False)
+        with self._reading("read from the index") as shard:
+            records = shard.retrieve(list(ids), with_payload=payload, with_vector=False)
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records]
 
     def scroll(self, where: Clause, limit: int, fields: Sequence[str] | None = None) -> list[ScoredPoint]:
         payload = qe.PayloadSelector.Include(list(fields)) if fields else True
-        with _engine("read from the index"):
-            records, _ = self._open.scroll(
+        with self._reading("read from the index") as shard:
+            records, _ = shard.scroll(
                 qe.ScrollRequest(limit=limit, filter=translate(where, _DIALECT), with_payload=payload)
             )
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records]
@@ -229,22 +259,22 @@ class EdgeStore:
     ) -> tuple[list[ScoredPoint], str | None]:
         payload: Any = qe.PayloadSelector.Include(list(fields)) if fields else False
         condition = translate(where, _DIALECT) if where else None
-        with _engine("read from the index"):
-            records, after = self._open.scroll(
+        with self._reading("read from the index") as shard:
+            records, after = shard.scroll(
                 qe.ScrollRequest(offset=offset, limit=limit, filter=condition, with_payload=payload)
             )
         return [ScoredPoint(str(r.id), 0.0, r.payload or {}) for r in records], None if after is None else str(after)
 
     def dump(self, offset: str | None, limit: int) -> tuple[list[StorePoint], str | None]:
-        with _engine("read from the index"):
-            records, after = self._open.scroll(
+        with self._reading("read from the index") as shard:
+            records, after = shard.scroll(
                 qe.ScrollRequest(offset=offset, limit=limit, with_payload=True, with_vector=True)
             )
         return [stored_point(str(r.id), r.payload, r.vector) for r in records], None if after is None else str(after)
 
     def count(self, where: Clause) -> int:
-        with _engine("count in the index"):
-            return int(self._open.count(qe.CountRequest(filter=translate(where, _DIALECT), exact=True)))
+        with self._reading("count in the index") as shard:
+            return int(shard.count(qe.CountRequest(filter=translate(where, _DIALECT), exact=True)))
 
     def close(self) -> None:
         if self._shard is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -111,6 +112,35 @@ def test_past_graph_from_a_write_builds_graphs_that_answer_as_the_scan_did(
     assert again.graphs  # read back from the shard's configuration
     assert answers(again) == found
     again.close()
+
+
+def test_searches_while_the_shard_is_reopened_for_graphs_wait_for_it(tmp_path: Path) -> None:
+    # one copy in the serving process (`PLUMBLINE_INDEX_COPIES=1`): the switch closes the shard and loads it again
+    x = _vectors(2_000, seed=5)
+    store = _store(tmp_path / "index", x[:1_000], graph_from=1_500)
+    failures: list[Exception] = []
+    answers: list[int] = []
+    done = threading.Event()
+
+    def search() -> None:
+        while not done.is_set():
+            try:
+                answers.append(len(store.query([VectorQuery(DENSE, x[1].tolist(), Clause(), 5)])[0]))
+            except Exception as exc:
+                failures.append(exc)
+
+    searcher = threading.Thread(target=search)
+    searcher.start()
+    try:
+        store.upsert([StorePoint(_uuid(i), {"kind": "chunk"}, dense=x[i].tolist()) for i in range(1_000, 2_000)])
+    finally:
+        done.set()
+        searcher.join(30)
+    assert store.graphs
+    assert failures == []
+    assert answers
+    assert set(answers) == {5}
+    store.close()
 
 
 def _head(doc_id: str, gen: int) -> StorePoint:
