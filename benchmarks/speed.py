@@ -4,6 +4,7 @@ and 100k chunks, the non-embedding part of a search, and searches and liveness w
     python benchmarks/speed.py              # about 30 minutes on 2 cores
     python benchmarks/speed.py --quick      # smaller samples, for a smoke run
     python benchmarks/speed.py --million    # only hybrid at 1M chunks against 100k (about 25 minutes, 8 GB of memory)
+    python benchmarks/speed.py --ingest     # only the first start, the models and the ingest table (about 15 minutes)
 
 It ends with one line of `name=value` pairs for scripts (`hybrid_p50_ms_100k`, `pipeline_overhead_ms_100k`, ...).
 
@@ -70,6 +71,7 @@ from service.sparse import Bm25Encoder, Bm25Params
 from service.stores.base import ScoredPoint, StorePoint, VectorQuery, VectorStore
 from service.stores.edge import EdgeStore
 from service.stores.edge_layout import DENSE_SEARCH_PARAMS, GRAPH_FROM
+from service.stores.mirrored import MirroredStore
 from service.tokenizer import Tokenizer, TokenizerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,18 +115,25 @@ class DurableEveryBatch(EdgeStore):
         super().upsert(points, durable=True)
 
 
-def ingest_throughput(embedder: Embedder, torch: Embedder, docs: list[Document], repeats: int) -> float:
-    """The ingest table; returns the non-embedding milliseconds per chunk of the default path."""
+INGEST_PATHS: list[tuple[str, Callable[[Path], VectorStore], str]] = [
+    ("default", MirroredStore, "Index.ingest, two copies of the index in engine processes (the default)"),
+    ("one copy", EdgeStore, "Index.ingest, one copy in this process (`PLUMBLINE_INDEX_COPIES=1`)"),
+    ("flush", DurableEveryBatch, "Index.ingest, one copy, every write batch flushed and optimised (before)"),
+]
+
+
+def ingest_throughput(embedder: Embedder, torch: Embedder, docs: list[Document], repeats: int) -> dict[str, float]:
+    """The ingest table; returns the non-embedding milliseconds per chunk of each path (`INGEST_PATHS`)."""
     chunker = Chunker(ChunkerConfig(600, 60))
     texts = [c.embed_text for d in docs for c in chunker.chunk(d)]
     raw: dict[str, list[float]] = {"onnx": [], "torch": []}
-    runs: dict[str, list[tuple[float, float]]] = {"default": [], "flush": []}
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _ in INGEST_PATHS}
     for _ in range(repeats):
         for name, model in [("onnx", embedder), ("torch", torch)]:
             start = time.perf_counter()
             model.embed_documents(texts)
             raw[name].append(time.perf_counter() - start)
-        for name, store_type in [("default", EdgeStore), ("flush", DurableEveryBatch)]:
+        for name, store_type, _ in INGEST_PATHS:
             with tempfile.TemporaryDirectory() as tmp:
                 store = store_type(Path(tmp) / "index")
                 timed = TimedEmbedder(embedder)
@@ -143,13 +152,10 @@ def ingest_throughput(embedder: Embedder, torch: Embedder, docs: list[Document],
     t = statistics.median(raw["torch"])
     print(f"| model.encode only, torch (sentence-transformers) | {t:.1f} | {len(texts) / t:.0f} | {t / r:.2f} | |")
     print(f"| model.encode only, ONNX Runtime (the default) | {r:.1f} | {len(texts) / r:.0f} | 1.00 | |")
-    for name, label in [
-        ("default", "Index.ingest, durable at the commit (the default)"),
-        ("flush", "Index.ingest, every write batch flushed and optimised (before)"),
-    ]:
+    for name, _, label in INGEST_PATHS:
         p = total[name]
         print(f"| {label} | {p:.1f} | {len(texts) / p:.0f} | {p / r:.2f} | {own[name]:.2f} |")
-    return own["default"]
+    return own
 
 
 def encoders(
@@ -587,6 +593,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--million", action="store_true", help="only hybrid at 1M chunks against 100k")
+    p.add_argument("--ingest", action="store_true", help="only the first start, the models and the ingest tables")
     args = p.parse_args()
     if args.million:
         tmp = Path(tempfile.mkdtemp(prefix="plumbline-speed-"))
@@ -611,9 +618,12 @@ def main() -> None:
     summary["rerank20_p50_ms"], summary["rerank20_int8_p50_ms"] = encoders(
         embedder, torch, reranker_path, passages, queries
     )
-    summary["ingest_non_embed_ms_per_chunk"] = ingest_throughput(
-        embedder, torch, docs[: 100 if args.quick else 300], repeats=1 if args.quick else 3
-    )
+    own = ingest_throughput(embedder, torch, docs[: 100 if args.quick else 300], repeats=1 if args.quick else 3)
+    summary["ingest_non_embed_ms_per_chunk"] = own["default"]
+    summary["ingest_non_embed_ms_per_chunk_one_copy"] = own["one copy"]
+    if args.ingest:
+        print("\n" + " ".join(f"{k}={v:.2f}" for k, v in summary.items()))
+        return
     rows = []
     breakdown: list[tuple[int, str, dict[str, float]]] = []
     scans: list[tuple[int, str, float, float, float]] = []
