@@ -37,7 +37,7 @@ lint: setup
 	$(BIN)/mypy
 
 # three workers (pytest-xdist) on two cores: with two, the cores are busy about 72% of the time (the rest is waiting on
-# fsyncs, servers, browsers and subprocesses); a third fills some of it (pytest 5:43 -> 5:00 on 2026-12-02, 5:10 -> 4:56
+# fsyncs, servers, browsers and subprocesses); a third fills some of it (pytest 5:43 -> 5:00 on 2026-12-02, 5:10 -> 4:55
 # on 2026-12-03, each pair in one session). TEST_WORKERS=0 runs it in this process (e.g. under a debugger)
 TEST_WORKERS ?= 3
 test: lint

@@ -593,7 +593,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--million", action="store_true", help="only hybrid at 1M chunks against 100k")
-    p.add_argument("--ingest", action="store_true", help="only the first start, the models and the ingest tables")
+    p.add_argument("--ingest", action="store_true", help="only the first start, the models and the ingest table")
     args = p.parse_args()
     if args.million:
         tmp = Path(tempfile.mkdtemp(prefix="plumbline-speed-"))
