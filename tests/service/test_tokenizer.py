@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from service.tokenizer import Tokenizer, TokenizerConfig, term_id
 
@@ -89,3 +93,19 @@ def test_halfwidth_katakana_counts_as_cjk_once_normalised(tok: Tokenizer) -> Non
 def test_spans_cover_a_decomposed_accent(tok: Tokenizer) -> None:
     text = "Cafe\u0301 menu"  # é as e + a combining acute: tokens() composes it first
     assert _marked(tok, text, "café") == ["Cafe\u0301"]
+
+
+@settings(max_examples=300, derandomize=True, database=None)
+@given(st.text(st.characters(exclude_categories=("Cs",)), max_size=80))
+def test_text_without_cjk_gives_the_terms_the_cjk_path_gives(text: str) -> None:
+    # text without CJK characters (after normalisation) takes a faster path than text with them; both must agree
+    tok = Tokenizer(TokenizerConfig())
+    assume(not any(_is_cjk(c) for c in unicodedata.normalize("NFKC", text).casefold()))
+    assert tok.tokens(text + " 中") == [*tok.tokens(text), "中"]
+
+
+CJK_RANGES = ("\u3400\u4dbf", "\u4e00\u9fff", "\uf900\ufaff", "\u3040\u30ff", "\uac00\ud7af")  # as the tokenizer's
+
+
+def _is_cjk(char: str) -> bool:
+    return any(lo <= char <= hi for lo, hi in CJK_RANGES)
