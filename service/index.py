@@ -21,8 +21,11 @@ import logging
 import re
 import threading
 import time
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+
+import numpy as np
 
 from eval.faults import crash_point
 from service import integrity, supersession, upgrade
@@ -435,12 +438,12 @@ class Index:
         points."""
         flat = [(doc, chunk) for doc, chunks in chunked for chunk in chunks]
         # one call for the whole batch: the model sorts texts by length, so padding is least this way
-        vectors = self.embedder.embed_documents([c.embed_text for _, c in flat])
+        vectors = np.asarray(self.embedder.embed_documents([c.embed_text for _, c in flat]), dtype=np.float32)
         points = [
             StorePoint(
                 id=chunk_point_id(chunk.chunk_id, gen),
                 payload=chunk_payload(doc, chunk, gen, superseded_by.get(doc.id)),
-                dense=vector.tolist(),
+                dense=array("f", vector.tobytes()),
                 sparse=encoder.encode_terms(chunk_terms),
             )
             for (doc, chunk), vector, chunk_terms in zip(flat, vectors, terms, strict=True)

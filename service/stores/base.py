@@ -10,6 +10,7 @@ same contract suite (`tests/service/stores/test_contract.py`) and must return th
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -52,7 +53,9 @@ PAYLOAD_INDEXES: Mapping[str, FieldType] = {
 
 @dataclass(frozen=True)
 class StorePoint:
-    """A point to write: `dense`/`sparse` are None for record points without vectors."""
+    """A point to write: `dense`/`sparse` are None for record points without vectors. An ingest's `dense` is an
+    `array("f")`: pickled to the engine processes (`service.stores.mirrored`) as one block of float32, a third of the
+    bytes of a list and no float objects to build until the engine's binding wants them (about 0.04 ms a chunk)."""
 
     id: str
     payload: Mapping[str, Any]
@@ -146,7 +149,7 @@ def named_vectors(p: StorePoint, sparse: Callable[[SparseVector], Any]) -> dict[
     has none, and an empty BM25 vector (a chunk of stopwords only) is left out rather than stored empty."""
     vectors: dict[str, Any] = {}
     if p.dense is not None:
-        vectors[DENSE] = list(p.dense)
+        vectors[DENSE] = p.dense.tolist() if isinstance(p.dense, array) else list(p.dense)
     if p.sparse is not None and not p.sparse.is_empty:
         vectors[SPARSE] = sparse(p.sparse)
     return vectors

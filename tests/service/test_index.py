@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from service.chunking import Chunker, ChunkerConfig
@@ -353,3 +354,23 @@ def test_an_ingest_deletes_only_when_an_older_generation_exists(tmp_path: Path) 
         Clause(must=(Match("doc_id", V2.id), Match("gen", index.get(V2.id).generation)))
     )
     store.close()
+
+
+class Float64Embedder(FakeEmbedder):
+    """A fake whose vectors come as float64 (as a model's own code may give them)."""
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:  # type: ignore[override]
+        return np.asarray(super().embed_documents(texts), dtype=np.float64) / 3
+
+
+def test_a_float64_embedding_is_stored_as_its_float32_values(store: EdgeStore) -> None:
+    index = Index(
+        store, Float64Embedder(), Chunker(ChunkerConfig(size=200, overlap=0)), TokenizerConfig(), Bm25Params()
+    )
+    index.ingest([OTHER])
+    points, _ = store.dump(None, 100)
+    stored = [p.dense for p in points if p.payload.get("kind") == "chunk"]
+    expected = Float64Embedder().embed_documents([c.embed_text for c in index.chunker.chunk(OTHER)])
+    assert len(stored) == len(expected) == 1
+    want = expected[0].astype(np.float32)
+    np.testing.assert_allclose(stored[0], want / np.linalg.norm(want), rtol=1e-6)  # the engine normalises for cosine
