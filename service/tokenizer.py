@@ -26,10 +26,11 @@ STOPWORD_SETS: dict[str, frozenset[str]] = {"none": frozenset(), "lucene": LUCEN
 
 # Han (incl. extension A and compatibility ideographs), kana, hangul syllables.
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
-# a run of CJK characters, or a word: letters and digits that are not CJK (one character class: a lookahead per
-# character made tokenizing twice as slow)
+# A run of CJK characters, or a word: letters and digits that are not CJK (one character class, not a lookahead per
+# character). A text without CJK characters (most text) is split by `_WORD_RE` alone: on a SciFact chunk its findall
+# takes 0.022 ms, the CJK pattern's with the lookahead took 0.068.
 _TOKEN_RE = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
-_WORD_RE = re.compile(r"[^\W_]+")  # the words of a text without CJK characters (most text: half the time again)
+_WORD_RE = re.compile(r"[^\W_]+")
 _HAS_CJK = re.compile(rf"[{_CJK}]")
 
 

@@ -54,7 +54,7 @@ PAYLOAD_INDEXES: Mapping[str, FieldType] = {
 @dataclass(frozen=True)
 class StorePoint:
     """A point to write: `dense`/`sparse` are None for record points without vectors. An ingest's `dense` is an
-    `array("f")`: pickled to the engine processes (`service.stores.mirrored`) as one block of float32, a third of the
+    `array("f")`: pickled to the engine processes (`service.stores.mirrored`) as one block of float32, under half the
     bytes of a list and no float objects to build until the engine's binding wants them (about 0.04 ms a chunk)."""
 
     id: str
