@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -12,7 +14,9 @@ from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from fastapi.testclient import TestClient
 from sqlalchemy import event, text
 
@@ -25,6 +29,7 @@ from service.settings import Settings
 from service.state import StateStore, open_state
 from service.state.incidents import NewReport
 from service.state.schema import metadata
+from service.state.store import HEAD, MIGRATIONS
 from tests.fakes import FakeEmbedder
 
 
@@ -61,6 +66,29 @@ def test_migrations_build_exactly_the_declared_schema(state: StateStore) -> None
     with state.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), metadata)
     assert diff == []
+
+
+def test_head_is_the_newest_migration() -> None:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    assert ScriptDirectory.from_config(config).get_current_head() == HEAD
+
+
+def test_a_store_at_the_newest_schema_opens_without_alembic(state_url: str) -> None:
+    open_state(state_url).close()  # migrated here
+    opened = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from service.state import open_state; s = open_state(sys.argv[1]); print(s.revision()); "
+            "s.close(); print(sorted(m for m in sys.modules if m.partition('.')[0] == 'alembic'))",
+            state_url,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert opened.stdout.splitlines() == [HEAD, "[]"]
 
 
 def test_upgrading_an_older_schema_keeps_its_rows(state_url: str) -> None:
