@@ -32,8 +32,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from eval.errors import EvalError
 from eval.gate import GateConfig, GateResult, compare
 from eval.present import format_table, gate_json, report_json
@@ -297,6 +295,8 @@ def _progress_bar(what: str) -> Iterator[Callable[[int, int], None]]:
 def _poll(client: Any, url: str) -> dict[str, Any]:
     """GET `url` as JSON, riding out a restarting replica or a busy moment (transport errors, 429, 5xx) for up to
     POLL_GIVE_UP_SECONDS in a row."""
+
+    import httpx  # here: the server and the commands that do not call one need not import it
 
     give_up = time.monotonic() + POLL_GIVE_UP_SECONDS
     while True:

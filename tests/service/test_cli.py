@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -187,3 +189,11 @@ def test_a_monitoring_run_in_process_is_stored_as_one(data_dir: Path, corpus: Pa
     kinds = [r.kind for r in RunStore(state).summaries(set_name="mini")]
     state.close()
     assert kinds == ["monitoring"]
+
+
+def test_the_server_loads_no_http_client() -> None:
+    # httpx, and the rich console it pulls in, cost about 0.1 s of a start: only the commands that call a server need it
+    imports = "import sys, service.cli, service.api.app, service.runtime"
+    code = f"{imports}; print(sorted({{'httpx', 'rich'}} & set(sys.modules)))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]"
