@@ -6,7 +6,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from service.tokenizer import Tokenizer, TokenizerConfig, term_id
+from service.tokenizer import _HAS_CJK, Tokenizer, TokenizerConfig, term_id
 
 
 @pytest.fixture
@@ -100,19 +100,5 @@ def test_spans_cover_a_decomposed_accent(tok: Tokenizer) -> None:
 def test_text_without_cjk_gives_the_terms_the_cjk_path_gives(text: str) -> None:
     # text without CJK characters (after normalisation) takes a faster path than text with them; both must agree
     tok = Tokenizer(TokenizerConfig())
-    assume(not any(_is_cjk(c) for c in unicodedata.normalize("NFKC", text).casefold()))
+    assume(not _HAS_CJK.search(unicodedata.normalize("NFKC", text).casefold()))
     assert tok.tokens(text + " 中") == [*tok.tokens(text), "中"]
-
-
-# as the tokenizer's: Han (with extension A and compatibility ideographs), kana, hangul syllables
-CJK_RANGES = [
-    ("\u3400", "\u4dbf"),
-    ("\u4e00", "\u9fff"),
-    ("\uf900", "\ufaff"),
-    ("\u3040", "\u30ff"),
-    ("\uac00", "\ud7af"),
-]
-
-
-def _is_cjk(char: str) -> bool:
-    return any(lo <= char <= hi for lo, hi in CJK_RANGES)
