@@ -7,11 +7,13 @@ from dataclasses import replace
 
 import pytest
 
-from service.domain import DocStatus, FusionMethod, Mode
+from service.candidates import Candidates
+from service.domain import DocStatus, FusionMethod, Mode, StageScore
 from service.errors import InvalidRequest
 from service.filters import FilterSpec, parse_metadata_filters
 from service.index import Index
-from service.pipeline import RERANK_OFF, SearchParams, SearchPipeline
+from service.pipeline import RERANK_OFF, SearchParams, SearchPipeline, _fuse, _stages
+from service.stores.base import DENSE, SPARSE
 
 SUPERSEDED = {"billing/pricing-2025", "hr/remote-work-policy-2024", "security/password-policy-2024"}
 NOT_SERVED = SUPERSEDED | {"product/roadmap-2027-draft", "it/legacy-vpn-setup", "hr/travel-freeze-2026"}
@@ -104,6 +106,21 @@ def test_explain_gives_every_stage(pipeline: SearchPipeline) -> None:
         assert {"dense", "keyword"} <= set(hit.stages)
     # weighted fusion rescored every candidate on both sides; some were not in one side's top list
     assert {"embed", "sparse", "retrieve", "rescore", "fuse", "fetch", "total"} <= set(result.timings_ms)
+
+
+def test_the_stages_of_the_shown_chunks_only() -> None:
+    """A chunk's rank and score in each list that retrieved it, its rescored score (no rank) where one did not, and its
+    fusion rank; built for the chunks a search shows, none for the other candidates."""
+    c = Candidates(
+        lists={DENSE: {"a": 0.9, "b": 0.5}, SPARSE: {"b": 7.0, "c": 3.0}},
+        rescored={DENSE: {"a": 0.9, "b": 0.5, "c": 0.1}, SPARSE: {"a": 0.0, "b": 7.0, "c": 3.0}},
+    )
+    fused = _fuse(c, SearchParams())
+    fusion = {key: StageScore(rank, score) for rank, (key, score) in enumerate(fused, start=1)}
+    assert _stages(c, fused, ["c", "b"]) == {
+        "c": {"keyword": StageScore(2, 3.0), "dense": StageScore(None, 0.1), "fusion": fusion["c"]},
+        "b": {"dense": StageScore(2, 0.5), "keyword": StageScore(1, 7.0), "fusion": fusion["b"]},
+    }
 
 
 @pytest.mark.parametrize("rrf_k", [1, 60])
