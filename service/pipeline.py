@@ -256,24 +256,25 @@ class SearchPipeline:
         to be turned into a string (about 6 µs a point).
         """
         requests: list[tuple[int, VectorName, VectorQuery]] = []
-        rescoring = []
+        unions: dict[int, list[str]] = {}  # of each search to rescore (`Candidates.union` sorts it anew each time)
         for i, (c, p) in enumerate(zip(candidates, params, strict=True)):
-            if p.mode is not Mode.HYBRID or p.fusion is not FusionMethod.WEIGHTED or len(c.lists) < 2 or not c.union:
+            union = c.union
+            if p.mode is not Mode.HYBRID or p.fusion is not FusionMethod.WEIGHTED or len(c.lists) < 2 or not union:
                 continue
-            rescoring.append(i)
+            unions[i] = union
             for using, vector in ((DENSE, vectors[i].tolist()), (SPARSE, sparse[i])):
-                if missing := [c.points[k] for k in c.union if k not in c.lists[using]]:
+                if missing := [c.points[k] for k in union if k not in c.lists[using]]:
                     where = Clause(must=(HasId(tuple(missing)),))
                     requests.append((i, using, VectorQuery(using, vector, where, len(missing), with_payload=False)))
         asked: dict[tuple[int, VectorName], dict[str, float]] = {}
         if requests:
             for (i, using, _), points in zip(requests, self.store.query([r for _, _, r in requests]), strict=True):
                 asked[i, using] = {sp.id: sp.score for sp in points}  # by point id: the queries read no payload
-        for i in rescoring:
+        for i, union in unions.items():
             c = candidates[i]
             for using in (DENSE, SPARSE):
                 listed, scores = c.lists[using], asked.get((i, using), {})
-                c.rescored[using] = {k: listed[k] if k in listed else scores.get(c.points[k], 0.0) for k in c.union}
+                c.rescored[using] = {k: listed[k] if k in listed else scores.get(c.points[k], 0.0) for k in union}
 
 
 MAX_REFILLS = 10  # each doubles the depth: up to 1024 times the asked-for depth
