@@ -157,8 +157,9 @@ def test_committed_generations_are_cached_until_a_write(tmp_path: Path, monkeypa
     assert store.committed({"a", "b", "c"}) == {"a": 1, "b": 1}
     assert store.committed({"a", "b"}) == {"a": 1, "b": 1}
     assert reads == [["a", "b", "c"]]  # the second answer came from the cache
-    store.upsert([_head("a", 2)])  # a write (here a commit) forgets them
+    store.upsert([_head("a", 2)])  # a write (here a commit) forgets its documents'
     assert store.committed({"a"}) == {"a": 2}
+    store.upsert([_head("b", 2)])
 
     # a read that overlaps a write is answered but not kept: it may have seen the old head
     def overlapping(s: EdgeStore, ids: list[str]) -> dict[str, int]:
@@ -167,7 +168,7 @@ def test_committed_generations_are_cached_until_a_write(tmp_path: Path, monkeypa
         return old
 
     monkeypatch.setattr(edge, "committed_generations", overlapping)
-    assert store.committed({"b"}) == {"b": 1}
+    assert store.committed({"b"}) == {"b": 2}
     monkeypatch.setattr(edge, "committed_generations", real)
     assert store.committed({"b"}) == {"b": 3}
     # a read that starts while a write is under way (here just before the engine applies it) is not kept either
@@ -177,6 +178,45 @@ def test_committed_generations_are_cached_until_a_write(tmp_path: Path, monkeypa
     monkeypatch.setattr(store, "_shard", shard)
     assert store.committed({"b"}) == {"b": 4}
     store.close()
+
+
+def test_a_write_forgets_the_generations_of_the_documents_it_touches_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = EdgeStore(tmp_path / "index")
+    store.ensure_schema(DIM)
+    store.upsert([_head("a", 1), _head("b", 1), _head("c", 1)])
+    reads: list[list[str]] = []
+    real = edge.committed_generations
+    monkeypatch.setattr(edge, "committed_generations", lambda s, ids: reads.append(sorted(ids)) or real(s, ids))
+    abc = {"a": 1, "b": 1, "c": 1}
+    assert store.committed(set(abc)) == abc
+    store.upsert([_head("a", 2)])  # a commit of a's new generation
+    store.delete(Clause(must=(Match("doc_id", "b"), Match("gen", 7))))  # an older generation of b
+    store.set_payload(Clause(must=(MatchAny("doc_id", ("a", "b", "c")),)), {"status": "superseded"})  # no head's gen
+    assert store.committed(set(abc)) == {"a": 2, "b": 1, "c": 1}
+    store.set_payload(Clause(must=(Match("doc_id", "c"),)), {"gen": 5})  # a head's gen: c's
+    assert store.committed(set(abc)) == {"a": 2, "b": 1, "c": 5}
+    store.delete(Clause(must=(Match("kind", "head"), Match("gen", 2))))  # cannot tell whose: all of them
+    assert store.committed(set(abc)) == {"b": 1, "c": 5}
+    store.purge([head_point_id("b")])  # ids: all of them
+    assert store.committed(set(abc)) == {"c": 5}
+    assert reads == [["a", "b", "c"], ["a", "b"], ["c"], ["a", "b", "c"], ["a", "b", "c"]]
+    store.close()
+
+
+def test_an_index_opens_with_its_documents_generations_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = EdgeStore(tmp_path / "index")
+    store.ensure_schema(DIM)
+    store.upsert([_head(f"doc-{i}", i % 3 + 1) for i in range(25)])
+    store.close()
+    monkeypatch.setattr(edge, "HEADS_PAGE", 10)  # three pages
+    again = EdgeStore(tmp_path / "index")
+    monkeypatch.setattr(edge, "committed_generations", lambda s, ids: pytest.fail(f"read {sorted(ids)} again"))
+    try:
+        assert again.committed({f"doc-{i}" for i in range(25)}) == {f"doc-{i}": i % 3 + 1 for i in range(25)}
+    finally:
+        again.close()
 
 
 class ReadsBeforeEachUpdate:
