@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -46,6 +46,7 @@ import numpy as np
 from rank_bm25 import BM25Okapi
 
 from benchmarks.hnsw import CENTRES, clustered
+from benchmarks.timed_store import TimedStore
 from eval.http import no_delay_client
 from eval.trec import read_queries
 from service.chunking import Chunker, ChunkerConfig
@@ -68,7 +69,7 @@ from service.rerank import CrossEncoderReranker, Reranker
 from service.runtime import build_store
 from service.settings import PACKAGED_MODEL, Settings
 from service.sparse import Bm25Encoder, Bm25Params
-from service.stores.base import ScoredPoint, StorePoint, VectorQuery, VectorStore
+from service.stores.base import StorePoint, VectorStore
 from service.stores.edge import EdgeStore
 from service.stores.edge_layout import DENSE_SEARCH_PARAMS, GRAPH_FROM
 from service.stores.mirrored import MirroredStore
@@ -211,37 +212,9 @@ def encoders(
     return rows[2][2], rows[3][2]
 
 
-class TimedStore:
-    """A store whose engine calls are timed: a search's own work is its total minus these and the embedding."""
-
-    def __init__(self, inner: VectorStore) -> None:
-        self.inner, self.seconds = inner, 0.0
-
-    def query(self, queries: Sequence[VectorQuery]) -> list[list[ScoredPoint]]:
-        start = time.perf_counter()
-        try:
-            return self.inner.query(queries)
-        finally:
-            self.seconds += time.perf_counter() - start
-
-    def retrieve(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> list[ScoredPoint]:
-        start = time.perf_counter()
-        try:
-            return self.inner.retrieve(ids, fields)
-        finally:
-            self.seconds += time.perf_counter() - start
-
-    def committed(self, doc_ids: Collection[str]) -> dict[str, int]:
-        start = time.perf_counter()
-        try:
-            return self.inner.committed(doc_ids)
-        finally:
-            self.seconds += time.perf_counter() - start
-
-
 def overhead(settings: Settings, embedder: Embedder, queries: Sequence[str]) -> tuple[float, float, float, float]:
     """In-process hybrid search with the defaults (the store too): p50 of the total, the embedding, the engine calls
-    (with their round trips to the engine processes), and the rest."""
+    (timed where they run: `benchmarks.timed_store`), and the rest (the round trip to the engine process included)."""
     store = build_store(settings)
     timed = TimedStore(store)
     encoder = Bm25Encoder(Tokenizer(TokenizerConfig()), Bm25Params(avg_len=80.0))

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
 from service.embedding import Matrix, PrefixedEmbedder
 from service.filters import Clause
 from service.stores.base import ScoredPoint, StorePoint, VectorQuery, VectorStore
+
+T = TypeVar("T")
 
 
 class FakeEmbedder(PrefixedEmbedder):
@@ -62,6 +64,9 @@ class FlakyStore:
 
     def query(self, queries: Sequence[VectorQuery]) -> list[list[ScoredPoint]]:
         return self.inner.query(queries)
+
+    def run(self, work: Callable[..., T], *args: Any) -> T:
+        return work(self, *args)  # its own calls: through this wrapper
 
     def committed(self, doc_ids: Collection[str]) -> dict[str, int]:
         return self.inner.committed(doc_ids)

@@ -20,6 +20,7 @@ from service.filters import Clause, Condition, DateRange, HasId, Match, MatchAny
 from service.payload import head_point_id
 from service.sparse import SparseVector
 
+R = TypeVar("R")
 DENSE: Literal["dense"] = "dense"
 SPARSE: Literal["bm25"] = "bm25"
 VectorName = Literal["dense", "bm25"]
@@ -110,6 +111,12 @@ class VectorStore(Protocol):
     def committed(self, doc_ids: Collection[str]) -> dict[str, int]:
         """The committed generation of each indexed document among `doc_ids`, as its head says
         (`committed_generations`); an adapter may cache it while no write could have changed it."""
+
+    def run(self, work: Callable[..., R], *args: Any) -> R:
+        """`work(store, *args)` where the index lives, its engine calls made there: in a copy's engine process for
+        `MirroredStore` (one round trip for all of them: `work` is a module-level function, and it, its arguments and
+        its answer pickle), in this process for the others (`work(self, *args)`; a wrapper of a store does the same,
+        so that `work` calls the wrapper). `service.retrieval.gather` is the work a search sends."""
 
     def scroll(self, where: Clause, limit: int, fields: Sequence[str] | None = None) -> list[ScoredPoint]:
         """Up to `limit` points matching `where` (score 0), with only `fields` of the payload if given."""

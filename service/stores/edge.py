@@ -18,10 +18,10 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import qdrant_edge as qe
 
@@ -66,6 +66,7 @@ class _EdgeDialect:
 
 
 _DIALECT = _EdgeDialect()
+R = TypeVar("R")
 log = logging.getLogger("plumbline")
 
 # The binding holds the GIL for a whole engine call, so every other thread of the process (health checks, other
@@ -248,6 +249,9 @@ class EdgeStore:
 
     def health(self) -> str | None:
         return self._failure
+
+    def run(self, work: Callable[..., R], *args: Any) -> R:
+        return work(self, *args)
 
     def query(self, queries: Sequence[VectorQuery]) -> list[list[ScoredPoint]]:
         filters = translated(queries, _DIALECT)

@@ -36,12 +36,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from eval.faults import crash_point
 from service.errors import PlumblineError, StoreUnavailable, public
@@ -51,6 +51,7 @@ from service.stores.edge import EdgeStore
 from service.stores.edge_layout import GRAPH_FROM
 
 log = logging.getLogger("plumbline")
+R = TypeVar("R")
 
 # how long a copy's engine process waits for the one of a killed server to let go of it
 LOCK_WAIT_SECONDS = 120.0
@@ -244,6 +245,9 @@ class MirroredStore:
 
     def committed(self, doc_ids: Collection[str]) -> dict[str, int]:
         return self._read("committed", list(doc_ids))  # type: ignore[no-any-return]
+
+    def run(self, work: Callable[..., R], *args: Any) -> R:
+        return self._read("run", work, *args)  # type: ignore[no-any-return]
 
     def scroll(self, where: Clause, limit: int, fields: Sequence[str] | None = None) -> list[ScoredPoint]:
         return self._read("scroll", where, limit, fields)  # type: ignore[no-any-return]

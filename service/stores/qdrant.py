@@ -232,6 +232,9 @@ class QdrantStore:
     def committed(self, doc_ids: Collection[str]) -> dict[str, int]:
         return committed_generations(self, doc_ids)  # never cached: other replicas write
 
+    def run(self, work: Callable[..., T], *args: Any) -> T:
+        return work(self, *args)
+
     def retrieve(self, ids: Sequence[str], fields: Sequence[str] | None = None) -> list[ScoredPoint]:
         payload: list[str] | bool = list(fields) if fields else True
         records = self._call(

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 import pytest
 
-from service.candidates import Candidates
-from service.domain import DocStatus, FusionMethod, Mode, StageScore
+from service.domain import DocStatus, FusionMethod, Mode
 from service.errors import InvalidRequest
-from service.filters import Clause, FilterSpec, HasId, parse_metadata_filters
+from service.filters import FilterSpec, parse_metadata_filters
 from service.index import Index
-from service.pipeline import RERANK_OFF, SearchParams, SearchPipeline, _fuse, _stages
-from service.stores.base import DENSE, SPARSE, ScoredPoint, VectorQuery
+from service.pipeline import RERANK_OFF, SearchParams, SearchPipeline
 
 SUPERSEDED = {"billing/pricing-2025", "hr/remote-work-policy-2024", "security/password-policy-2024"}
 NOT_SERVED = SUPERSEDED | {"product/roadmap-2027-draft", "it/legacy-vpn-setup", "hr/travel-freeze-2026"}
@@ -108,55 +104,6 @@ def test_explain_gives_every_stage(pipeline: SearchPipeline) -> None:
         assert {"dense", "keyword"} <= set(hit.stages)
     # weighted fusion rescored every candidate on both sides; some were not in one side's top list
     assert {"embed", "sparse", "retrieve", "rescore", "fuse", "fetch", "total"} <= set(result.timings_ms)
-
-
-def test_the_stages_of_the_shown_chunks_only() -> None:
-    """A chunk's rank and score in each list that retrieved it, its rescored score (no rank) where one did not, and its
-    fusion rank; built for the chunks a search shows, none for the other candidates."""
-    c = Candidates(
-        lists={DENSE: {"a": 0.9, "b": 0.5}, SPARSE: {"b": 7.0, "c": 3.0}},
-        rescored={DENSE: {"a": 0.9, "b": 0.5, "c": 0.1}, SPARSE: {"a": 0.0, "b": 7.0, "c": 3.0}},
-    )
-    fused = _fuse(c, SearchParams())
-    fusion = {key: StageScore(rank, score) for rank, (key, score) in enumerate(fused, start=1)}
-    assert _stages(c, fused, ["c", "b"]) == {
-        "c": {"keyword": StageScore(2, 3.0), "dense": StageScore(None, 0.1), "fusion": fusion["c"]},
-        "b": {"dense": StageScore(2, 0.5), "keyword": StageScore(1, 7.0), "fusion": fusion["b"]},
-    }
-
-
-def test_rescoring_asks_the_engine_only_for_the_scores_a_list_lacks(pipeline: SearchPipeline) -> None:
-    store, calls = pipeline.store, []
-
-    class Recording:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(store, name)
-
-        def query(self, queries: Sequence[VectorQuery]) -> list[list[ScoredPoint]]:
-            results = store.query(queries)
-            calls.append(list(zip(queries, results, strict=True)))
-            return results
-
-    recording = SearchPipeline(Recording(), pipeline.embedder, pipeline.encoder, None)
-    result = recording.search("vpn keeps disconnecting LC-419", SearchParams(k=10, candidates=30))
-    [retrieved, rescoring] = calls  # no refill: every handbook chunk is committed
-    by_rank = {q.using: sorted(points, key=lambda p: (-p.score, p.payload["chunk_id"]))[:30] for q, points in retrieved}
-    listed = {using: {p.id for p in points} for using, points in by_rank.items()}
-    union = listed[DENSE] | listed[SPARSE]
-    asked = {q.using: set(q.filter.must[0].ids) for q, _ in rescoring}  # type: ignore[union-attr]
-    assert asked == {DENSE: union - listed[DENSE], SPARSE: union - listed[SPARSE]}
-    assert asked[DENSE]
-    assert asked[SPARSE]
-    # every shown chunk's two scores are what one query over the whole union gives
-    vectors = {q.using: q.vector for q, _ in retrieved}
-    where = Clause(must=(HasId(tuple(union)),))
-    full = store.query([VectorQuery(u, vectors[u], where, len(union), with_payload=False) for u in (DENSE, SPARSE)])
-    scores = {u: {p.id: p.score for p in points} for u, points in zip((DENSE, SPARSE), full, strict=True)}
-    ids = {p.payload["chunk_id"]: p.id for points in by_rank.values() for p in points}
-    for hit in result.hits:
-        assert hit.stages["dense"].score == scores[DENSE][ids[hit.chunk.chunk_id]]
-        assert hit.stages["keyword"].score == scores[SPARSE].get(ids[hit.chunk.chunk_id], 0.0)
-    assert len(result.hits) == 10
 
 
 @pytest.mark.parametrize("rrf_k", [1, 60])

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from fastapi.testclient import TestClient
@@ -76,6 +77,9 @@ class BrokenStore:
 
     def query(self, queries: object) -> object:  # noqa: ARG002
         raise RuntimeError("fake engine failure")
+
+    def run(self, work: Callable[..., object], *args: object) -> object:
+        return work(self, *args)
 
 
 def test_internal_errors_are_counted_as_500(tmp_path: Path) -> None:
