@@ -212,7 +212,7 @@ def test_an_index_opens_with_its_documents_generations_read(tmp_path: Path, monk
     store.close()
     monkeypatch.setattr(edge, "HEADS_PAGE", 10)  # three pages
     again = EdgeStore(tmp_path / "index")
-    monkeypatch.setattr(edge, "committed_generations", lambda s, ids: pytest.fail(f"read {sorted(ids)} again"))
+    monkeypatch.setattr(edge, "committed_generations", lambda _store, ids: pytest.fail(f"read {sorted(ids)} again"))
     try:
         assert again.committed({f"doc-{i}" for i in range(25)}) == {f"doc-{i}": i % 3 + 1 for i in range(25)}
     finally:
