@@ -655,7 +655,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for n, kind, mode, p50, p95, inner in rows:
         print(f"| {n:,} | {kind} | {mode} | {p50:.1f} | {p95:.1f} | {inner:.1f} |")
-    names = ["embed", "sparse", "retrieve", "rescore", "generations", "fuse", "fetch", "rerank", "total"]
+    names = ["embed", "sparse", "retrieve", "generations", "rescore", "fuse", "fetch", "transfer", "rerank", "total"]
     print("\n### Pipeline stages, p50 ms\n")
     print("| chunks | mode | " + " | ".join(names) + " |")
     print("|---|---|" + "---|" * len(names))
