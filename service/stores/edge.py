@@ -232,8 +232,9 @@ class EdgeStore:
                 self._generations.update((h.payload["doc_id"], int(h.payload["gen"])) for h in heads)
                 if offset is None:
                     return
-        except StoreUnavailable as exc:  # a damaged head (`plumbline doctor`): searches read the rest as they go
-            log.warning("read the generations of %d document(s) at open, not all: %s", len(self._generations), exc)
+        except (StoreUnavailable, KeyError, ValueError, TypeError) as exc:  # an unreadable or malformed head (see
+            # `plumbline doctor`) must not keep the index from opening: searches read the rest as they go, as before
+            log.warning("read the generations of %d document(s) at open, not all: %r", len(self._generations), exc)
 
     def committed(self, doc_ids: Collection[str]) -> dict[str, int]:
         with self._cache_lock:

@@ -219,6 +219,18 @@ def test_an_index_opens_with_its_documents_generations_read(tmp_path: Path, monk
         again.close()
 
 
+def test_an_index_with_a_malformed_head_still_opens(tmp_path: Path) -> None:
+    store = EdgeStore(tmp_path / "index")
+    store.ensure_schema(DIM)
+    store.upsert([_head("a", 1), StorePoint(head_point_id("b"), {"kind": "head", "doc_id": "b", "gen": "none"})])
+    store.close()
+    again = EdgeStore(tmp_path / "index")  # the generations read at open stop at the bad head
+    try:
+        assert again.committed({"a"}) == {"a": 1}
+    finally:
+        again.close()
+
+
 class ReadsBeforeEachUpdate:
     """A shard that runs `read` just before each update it applies."""
 
