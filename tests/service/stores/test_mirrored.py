@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
@@ -101,6 +102,14 @@ def in_thread(work: Callable[[], object]) -> threading.Thread:
     return t
 
 
+def _raised(work: Callable[..., object], *args: Any, into: list[StoreUnavailable]) -> None:
+    """Run `work(*args)`, keeping the `StoreUnavailable` it raises in `into`."""
+    try:
+        work(*args)
+    except StoreUnavailable as exc:
+        into.append(exc)
+
+
 def answered_within(seconds: float, work: Callable[[], Any]) -> Any:
     """`work()`'s result, failing the test if it has not come within `seconds` (it waits on a stopped process)."""
     out: list[Any] = []
@@ -143,13 +152,20 @@ def test_once_the_first_copy_has_a_write_no_read_sees_the_index_without_it(
     assert not write_log.exists()
 
 
-def test_a_new_index_sends_its_schema_to_both_copies_at_once(tmp_path: Path) -> None:
+def test_a_new_index_sends_its_schema_to_both_copies_at_once(tmp_path: Path, stopped: Callable[[int], None]) -> None:
     store = MirroredStore(tmp_path / "index")
-    store._copies[0].process.kill()  # the first copy fails its write; in turn, the second would not be sent it
-    with pytest.raises(StoreUnavailable):
-        store.ensure_schema(4)
-    store.close()
     first, second, write_log = copy_paths(tmp_path / "index")
+    stopped(pid_of(store, 0))  # the first copy takes the write and does not answer (a dead one would refuse it)
+    failed: list[StoreUnavailable] = []
+    writer = in_thread(lambda: _raised(store.ensure_schema, 4, into=failed))
+    deadline = time.monotonic() + 30  # in turn, the second copy would wait for the first's answer
+    while not mirrored._holds_shard(second) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    store._copies[0].process.kill()  # then the first copy fails its write
+    writer.join(30)
+    assert not writer.is_alive()
+    assert len(failed) == 1
+    store.close()
     assert not mirrored._holds_shard(first)
     assert mirrored._holds_shard(second)
     assert write_log.exists()  # the next start makes the first copy from the second and applies the write to both
