@@ -165,15 +165,20 @@ def encoders(
     """Query embedding and a depth-20 rerank, torch against ONNX Runtime, the rerank both on whole chunks (the previous
     default) and cut to the default window; returns the ONNX rerank p50s (ms) at the defaults, fp32 and int8."""
 
-    def p50(f: Callable[[str], object]) -> float:
-        for q in queries[:5]:
-            f(q)
-        times = []
-        for q in queries:
-            start = time.perf_counter()
-            f(q)
-            times.append((time.perf_counter() - start) * 1000)
-        return statistics.median(times)
+    def p50s(*fs: Callable[[str], object]) -> list[float]:
+        """Each function's p50 (ms) over the queries, run query by query in turn (the order reversed every other
+        query), so that the machine's drift during the measurement falls on each alike."""
+        for f in fs:
+            for q in queries[:5]:
+                f(q)
+        times: list[list[float]] = [[] for _ in fs]
+        for i, q in enumerate(queries):
+            turn = list(enumerate(fs))
+            for j, f in turn[::-1] if i % 2 else turn:
+                start = time.perf_counter()
+                f(q)
+                times[j].append((time.perf_counter() - start) * 1000)
+        return [statistics.median(t) for t in times]
 
     window, analyser = Settings.model_fields["rerank_max_tokens"].default, Tokenizer(TokenizerConfig())
     cache = Path(tempfile.mkdtemp())
@@ -186,29 +191,25 @@ def encoders(
     }
     int8_ce = OnnxCrossEncoder(reranker_path, cache=cache, max_tokens=window, analyser=analyser, int8=True)
 
-    def rerank(ce: Reranker) -> float:
-        return p50(lambda q: ce.score(q, passages))
+    def reranks(*ces: Reranker) -> list[float]:
+        return p50s(*(lambda q, ce=ce: ce.score(q, passages) for ce in ces))
 
-    t = {name: rerank(ce) for name, (ce, _) in rerankers.items()}
-    o = {name: rerank(ce) for name, (_, ce) in rerankers.items()}
+    (torch_whole, onnx_whole), (torch_window, onnx_window) = rerankers.values()
+    embed = p50s(lambda q: torch.embed_queries([q]), lambda q: onnx.embed_queries([q]))
+    whole = reranks(torch_whole, onnx_whole)
+    window_t, window_o, int8_o = reranks(torch_window, onnx_window, int8_ce)
     rows = [
-        (
-            "query embedding (MiniLM-L6)",
-            p50(lambda q: torch.embed_queries([q])),
-            p50(lambda q: onnx.embed_queries([q])),
-        ),
-        ("rerank 20 SciFact chunks, whole (up to 256 tokens: the previous default)", t["whole"], o["whole"]),
-        (f"rerank 20 SciFact chunks cut to {window} tokens around the query (the default)", t["window"], o["window"]),
-        ("the same, int8 weights (PLUMBLINE_RERANK_INT8=true)", t["window"], rerank(int8_ce)),
+        ("query embedding (MiniLM-L6)", embed[0], embed[1]),
+        ("rerank 20 SciFact chunks, whole (up to 256 tokens: the previous default)", whole[0], whole[1]),
+        (f"rerank 20 SciFact chunks cut to {window} tokens around the query (the default)", window_t, window_o),
+        ("the same, int8 weights (PLUMBLINE_RERANK_INT8=true)", window_t, int8_o),
     ]
     print(f"\n### The models: torch against ONNX Runtime, {len(queries)} SciFact queries, p50 ms\n")
     print("| work | torch | ONNX Runtime | ONNX / torch |")
     print("|---|---|---|---|")
     for work, a, b in rows:
         print(f"| {work} | {a:.1f} | {b:.1f} | {b / a:.2f} |")
-    print(
-        f"\nThe default rerank (ONNX) against the previous default (ONNX, whole chunks): {o['window'] / o['whole']:.2f}"
-    )
+    print(f"\nThe default rerank (ONNX) against the previous default (ONNX, whole chunks): {window_o / whole[1]:.2f}")
     return rows[2][2], rows[3][2]
 
 
@@ -228,7 +229,7 @@ def overhead(settings: Settings, embedder: Embedder, queries: Sequence[str]) -> 
         if i >= 5:
             rows.append((total, embed, engine, total - embed - engine))
     store.close()
-    return tuple(statistics.median(col) for col in zip(*rows, strict=True))  # type: ignore[return-value]
+    return tuple(statistics.median(col) for col in zip(*rows, strict=True))
 
 
 def load(
@@ -591,9 +592,9 @@ def main() -> None:
     summary["rerank20_p50_ms"], summary["rerank20_int8_p50_ms"] = encoders(
         embedder, torch, reranker_path, passages, queries
     )
-    own = ingest_throughput(embedder, torch, docs[: 100 if args.quick else 300], repeats=1 if args.quick else 3)
-    summary["ingest_non_embed_ms_per_chunk"] = own["default"]
-    summary["ingest_non_embed_ms_per_chunk_one_copy"] = own["one copy"]
+    ingest_own = ingest_throughput(embedder, torch, docs[: 100 if args.quick else 300], repeats=1 if args.quick else 3)
+    summary["ingest_non_embed_ms_per_chunk"] = ingest_own["default"]
+    summary["ingest_non_embed_ms_per_chunk_one_copy"] = ingest_own["one copy"]
     if args.ingest:
         print("\n" + " ".join(f"{k}={v:.2f}" for k, v in summary.items()))
         return
