@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.speed import MODES, ROOT, SCIFACT, serve
+from benchmarks.speed import MODES, ROOT, SCIFACT, latency, serve
 from eval.http import no_delay_client
 from eval.trec import read_queries
 
@@ -30,7 +30,7 @@ STACKS = ("asyncio + h11 (fallback)", "uvloop + httptools (default)")
 def one_run(data_dir: Path, queries: list[str], env: dict[str, str], preload: Path | None) -> dict[str, float]:
     """Medians (ms) of one server's run: liveness, the search round trip, the pipeline's total, and their gap."""
     url, stop = serve(data_dir, "", preload=preload, env=env)
-    live, search, total, gap = [], [], [], []
+    live = []
     try:
         with no_delay_client() as client:
             for i in range(220):
@@ -38,20 +38,10 @@ def one_run(data_dir: Path, queries: list[str], env: dict[str, str], preload: Pa
                 client.get(f"{url}/health/live").raise_for_status()
                 if i >= 20:
                     live.append((time.perf_counter() - start) * 1000)
-            for i, q in enumerate([*queries[:5], *queries]):
-                start = time.perf_counter()
-                r = client.post(f"{url}/search", json={**MODES["hybrid"], "query": q, "k": 10})
-                elapsed = (time.perf_counter() - start) * 1000
-                r.raise_for_status()
-                if i >= 5:
-                    inner = r.json()["timings_ms"]["total"]
-                    search.append(elapsed)
-                    total.append(inner)
-                    gap.append(elapsed - inner)
+        search, _, stages = latency(url, queries, MODES["hybrid"])
     finally:
         stop()
-    m = statistics.median
-    return {"live": m(live), "search": m(search), "total": m(total), "gap": m(gap)}
+    return {"live": statistics.median(live), "search": search, "total": stages["total"], "gap": stages["http"]}
 
 
 def main() -> None:
