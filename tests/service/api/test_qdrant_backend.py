@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from fastapi.testclient import TestClient
@@ -16,6 +15,7 @@ from service.runtime import Components, qdrant_options
 from service.settings import Settings
 from tests.fakes import FakeEmbedder
 from tests.service.stores.fake_qdrant import FakeQdrantServer
+from tests.waiting import until
 
 DOC = {"id": "it/vpn", "title": "VPN", "text": "# VPN\n\nReconnect the VPN client when error 809 shows."}
 QUERY = {"query": "vpn error 809", "rerank": False}
@@ -30,15 +30,6 @@ def _settings(tmp_path: Path, url: str) -> Settings:
         qdrant_connect_timeout=0.5,
         qdrant_retries=2,
     )
-
-
-def _until(check: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 def test_an_outage_answers_503_in_bounded_time_turns_readiness_false_and_heals(
@@ -65,7 +56,7 @@ def test_an_outage_answers_503_in_bounded_time_turns_readiness_false_and_heals(
         assert client.post("/documents", json={"documents": [DOC]}).status_code == 503
 
         fake_qdrant.start()
-        assert _until(lambda: client.get("/health/ready").status_code == 200, 10)
+        assert until(lambda: client.get("/health/ready").status_code == 200, 10)
         after = client.post("/search", json=QUERY)
         assert after.status_code == 200
         assert after.json()["hits"] == before
@@ -75,9 +66,7 @@ def test_a_server_away_at_start_up_is_waited_for(tmp_path: Path) -> None:
     server = FakeQdrantServer()  # its port, with nothing listening yet
     app = create_app(_settings(tmp_path, server.url), components=Components(embedder=lambda _: FakeEmbedder()))
     with TestClient(app) as client:
-        assert _until(
-            lambda: "waiting for the vector store" in (client.get("/health/ready").json()["detail"] or ""), 30
-        )
+        assert until(lambda: "waiting for the vector store" in (client.get("/health/ready").json()["detail"] or ""), 30)
         assert client.post("/search", json=QUERY).status_code == 503
         server.start()
         try:
@@ -93,7 +82,7 @@ def test_stopping_while_waiting_for_the_server_stops_at_once(tmp_path: Path) -> 
     app = create_app(_settings(tmp_path, server.url), components=Components(embedder=lambda _: FakeEmbedder()))
     client = TestClient(app)
     client.__enter__()
-    assert _until(lambda: "waiting for the vector store" in (client.get("/health/ready").json()["detail"] or ""), 30)
+    assert until(lambda: "waiting for the vector store" in (client.get("/health/ready").json()["detail"] or ""), 30)
     stopping = threading.Thread(target=client.__exit__, args=(None, None, None), daemon=True)
     stopping.start()
     stopping.join(timeout=15)  # the warm-up waits up to 30 s between attempts: it must give up, not finish its wait

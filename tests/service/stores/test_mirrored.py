@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
@@ -32,6 +31,7 @@ from service.stores import mirrored
 from service.stores.base import DENSE, StorePoint, VectorQuery
 from service.stores.edge import EdgeStore
 from service.stores.mirrored import MirroredStore, copy_paths, single_copy
+from tests.waiting import until
 
 CHUNKS = Clause(must=(Match("kind", "chunk"),))
 ROOT = Path(__file__).resolve().parents[3]
@@ -158,9 +158,7 @@ def test_a_new_index_sends_its_schema_to_both_copies_at_once(tmp_path: Path, sto
     stopped(pid_of(store, 0))  # the first copy takes the write and does not answer (a dead one would refuse it)
     failed: list[StoreUnavailable] = []
     writer = in_thread(lambda: _raised(store.ensure_schema, 4, into=failed))
-    deadline = time.monotonic() + 30  # in turn, the second copy would wait for the first's answer
-    while not mirrored._holds_shard(second) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    assert until(lambda: mirrored._holds_shard(second), 30)  # in turn, the second would wait for the first's answer
     store._copies[0].process.kill()  # then the first copy fails its write
     writer.join(30)
     assert not writer.is_alive()

@@ -14,6 +14,7 @@ from service.sparse import SparseVector
 from service.stores.base import DENSE, PAYLOAD_INDEXES, SPARSE, StorePoint, VectorQuery
 from service.stores.qdrant import BACKOFF_SECONDS, PROBE_SECONDS, QdrantOptions, QdrantStore, connect
 from tests.service.stores.fake_qdrant import FakeQdrantServer
+from tests.waiting import until
 
 FAST = QdrantOptions(timeout=0.5, connect_timeout=0.5, retries=2)
 POINT = StorePoint(
@@ -147,9 +148,6 @@ def test_the_store_recovers_by_itself_when_the_server_returns(fake_qdrant: FakeQ
         _search(store)
     assert store.health() is not None
     fake_qdrant.start()  # same port, same points: a restarted server
-    deadline = time.monotonic() + 5 * PROBE_SECONDS
-    while store.health() is not None and time.monotonic() < deadline:  # no call made: the probe notices
-        time.sleep(0.1)
-    assert store.health() is None
+    assert until(lambda: store.health() is None, 5 * PROBE_SECONDS)  # no call made: the probe notices
     assert len(_search(store)[0]) == 1
     store.close()
