@@ -1,5 +1,5 @@
-"""What a test does when a system binary it needs is missing: skip, saying why, or fail where CI says the
-binary must be there (`.ci/run` sets PLUMBLINE_REQUIRE_POSTGRES and PLUMBLINE_REQUIRE_PROMETHEUS)."""
+"""What a test does when a system binary or capability it needs is missing: skip, saying why, or fail where CI says
+it must be there (`.ci/run` sets PLUMBLINE_REQUIRE_POSTGRES, _PROMETHEUS, _BROWSER and _LOOP_MOUNT)."""
 
 from __future__ import annotations
 

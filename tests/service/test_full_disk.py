@@ -1,8 +1,9 @@
 """A full disk and a read-only disk, for real: the data directory lives on a small ext4 file system mounted
 from a loop device, and the test fills it or remounts it read-only under a running server.
 
-Needs root and a kernel that lets this machine mount loop devices (CI's machine does); elsewhere the test
-is skipped with the reason, and `tests/service/api/test_robustness.py` still checks the reserve in-process.
+Needs root and a kernel that lets this machine mount loop devices; elsewhere the test is skipped with the reason
+(and `tests/service/api/test_robustness.py` still checks the reserve in-process), except under
+PLUMBLINE_REQUIRE_LOOP_MOUNT, which `.ci/run` sets: there it fails instead.
 Before the fix an ingest with 300 KB free killed the server with SIGBUS (the engine writes through memory
 maps of sparse files, and a page it cannot back kills the process): no log line, a dropped connection.
 """
@@ -19,11 +20,13 @@ import pytest
 
 from service.api.schemas import DocumentIn
 from service.loaders import iter_documents
+from tests.needs import missing
 from tests.server import ROOT, ServerProcess, plumbline
 
 pytestmark = pytest.mark.process
 SIZE_MB = 64
 RESERVE_MB = 16
+REQUIRED_BY = "PLUMBLINE_REQUIRE_LOOP_MOUNT"
 DOC = {"id": "a", "title": "A", "text": "# A\n\nThe osprey runbook: restart the tide gauge."}
 SET = '{"id": "c1", "question": "osprey", "relevant": [{"doc_id": "a"}]}\n'
 
@@ -35,7 +38,7 @@ def run(*command: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     if os.geteuid() != 0 or not shutil.which("mkfs.ext4"):
-        pytest.skip("needs root and mkfs.ext4 to mount a small file system")
+        missing("needs root and mkfs.ext4 to mount a small file system", REQUIRED_BY)
     image, mountpoint = tmp_path / "disk.img", tmp_path / "mnt"
     mountpoint.mkdir()
     with image.open("wb") as f:
@@ -43,7 +46,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     assert run("mkfs.ext4", "-q", "-F", "-m", "0", str(image)).returncode == 0
     mounted = run("mount", "-o", "loop", str(image), str(mountpoint))
     if mounted.returncode != 0:
-        pytest.skip(f"this machine does not allow mounting a loop device: {mounted.stderr.strip()}")
+        missing(f"this machine does not allow mounting a loop device: {mounted.stderr.strip()}", REQUIRED_BY)
     try:
         yield mountpoint
     finally:
