@@ -24,8 +24,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-from speed import ROOT, serve
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.speed import ROOT, serve
 from eval.http import no_delay_client
 from service.access import LOCAL, create_key
 from service.state import open_state
@@ -34,7 +36,9 @@ QUERIES = ["vpn error LC-419", "refund window annual plan", "parental leave week
 MAX_REQUESTS = 10_000
 
 
-def client(url: str, op: str, n: int, key: str, seconds: float, out: dict[str, list], acked: dict[str, list]) -> None:
+def client(
+    url: str, op: str, n: int, key: str, seconds: float, out: dict[str, list[float]], acked: dict[str, list[str]]
+) -> None:
     headers = {"X-API-Key": key} if key else {}
     deadline = time.monotonic() + seconds
     with no_delay_client(timeout=120) as http:
@@ -48,8 +52,8 @@ def client(url: str, op: str, n: int, key: str, seconds: float, out: dict[str, l
                     ok, written = r.status_code == 200, None
                 elif op == "ingest":
                     doc_id = f"load/{n}-{i}"
-                    body = {"documents": [{"id": doc_id, "title": doc_id, "text": f"# Load {n} {i}\n\nwords {i}"}]}
-                    r = http.post(f"{url}/documents", headers=headers, json=body)
+                    doc = {"id": doc_id, "title": doc_id, "text": f"# Load {n} {i}\n\nwords {i}"}
+                    r = http.post(f"{url}/documents", headers=headers, json={"documents": [doc]})
                     ok, written = r.status_code == 200, doc_id
                 else:
                     body = {
@@ -67,7 +71,7 @@ def client(url: str, op: str, n: int, key: str, seconds: float, out: dict[str, l
                 acked[op].append(written)
 
 
-def lost(url: str, key: str, acked: dict[str, list]) -> int:
+def lost(url: str, key: str, acked: dict[str, list[str]]) -> int:
     headers = {"X-API-Key": key} if key else {}
     missing = 0
     with no_delay_client(timeout=120) as http:
@@ -78,7 +82,7 @@ def lost(url: str, key: str, acked: dict[str, list]) -> int:
     return missing
 
 
-def run(auth: bool, seconds: float, clients: int) -> tuple[dict[str, list], int, int]:
+def run(auth: bool, seconds: float, clients: int) -> tuple[dict[str, list[float]], int, int]:
     data = Path(tempfile.mkdtemp(prefix="plumbline-load-"))
     keys = {"search": "", "ingest": "", "incident": "", "reader": ""}
     if auth:
@@ -89,8 +93,8 @@ def run(auth: bool, seconds: float, clients: int) -> tuple[dict[str, list], int,
         state.close()
     os.environ["PLUMBLINE_AUTH"] = "on" if auth else "off"
     url, stop = serve(data, "", preload=ROOT / "demo" / "handbook")
-    out: dict[str, list] = defaultdict(list)
-    acked: dict[str, list] = defaultdict(list)
+    out: dict[str, list[float]] = defaultdict(list)
+    acked: dict[str, list[str]] = defaultdict(list)
     try:
         ops = ["search"] * (clients // 2) + ["ingest"] * (clients // 4)
         ops += ["incident"] * (clients - len(ops))

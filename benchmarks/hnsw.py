@@ -49,7 +49,8 @@ def clustered(n: int, centres: np.ndarray, rng: np.random.Generator) -> np.ndarr
     """n unit vectors, each a random one of `centres` plus noise: neighbourhoods, as text embeddings have."""
     vectors = centres[rng.integers(len(centres), size=n)] + rng.normal(scale=0.3, size=(n, centres.shape[1]))
     vectors = vectors.astype(np.float32)
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    unit: np.ndarray = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    return unit
 
 
 def synthetic(n: int, queries: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

@@ -21,10 +21,13 @@ import sys
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
-from speed import ROOT, serve
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.speed import ROOT, serve
 from eval.http import no_delay_client
 
 DATA = ROOT / "data" / "bench-overload"
@@ -65,7 +68,9 @@ def search_client(url: str, stop: threading.Event, latencies: list[float]) -> No
 
 
 def row(name: str, idle: list[float], loaded: list[float]) -> str:
-    p = lambda xs, q: float(np.percentile(xs, q))  # noqa: E731
+    def p(xs: list[float], q: int) -> float:
+        return float(np.percentile(xs, q))
+
     ratio = statistics.median(loaded) / statistics.median(idle)
     return (
         f"| {name} | {len(idle)} / {len(loaded)} | {p(idle, 50):.1f} / {p(loaded, 50):.1f} | "

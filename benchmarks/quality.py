@@ -20,11 +20,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from eval.cases import Case, Label
+from eval.matching import Unit
 from eval.report import mean_metrics
 from eval.runner import run_set
 from eval.trec import cases_from_qrels, read_qrels, read_queries
@@ -73,16 +75,22 @@ def build(name: str, corpus: Path, chunking: ChunkerConfig, embedder: Embedder, 
 
 
 def score(
-    pipeline: SearchPipeline, cases: Sequence[Case], params: SearchParams, ks: Sequence[int], unit: str
+    pipeline: SearchPipeline, cases: Sequence[Case], params: SearchParams, ks: Sequence[int], unit: Unit
 ) -> dict[str, float]:
-    run = run_set(cases, PipelineRetriever(pipeline, params, parse_filters), set_name="bench", ks=ks, unit=unit)  # type: ignore[arg-type]
+    run = run_set(cases, PipelineRetriever(pipeline, params, parse_filters), set_name="bench", ks=ks, unit=unit)
     return mean_metrics(run.cases)
+
+
+def setting(base: SearchParams, field: str, value: float) -> SearchParams:
+    """`base` with one field set: a grid search's step."""
+    changed: dict[str, Any] = {field: value}
+    return replace(base, **changed)
 
 
 def best(
     pipeline: SearchPipeline, cases: Sequence[Case], base: SearchParams, field: str, grid: Sequence[float], metric: str
 ) -> tuple[float, dict[float, float]]:
-    results = {v: score(pipeline, cases, replace(base, **{field: v}), (10,), "doc")[metric] for v in grid}
+    results = {v: score(pipeline, cases, setting(base, field, v), (10,), "doc")[metric] for v in grid}
     return max(grid, key=lambda v: results[v]), results  # ties: the first in the grid
 
 
