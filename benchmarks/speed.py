@@ -182,19 +182,14 @@ def encoders(
 
     window, analyser = Settings.model_fields["rerank_max_tokens"].default, Tokenizer(TokenizerConfig())
     cache = Path(tempfile.mkdtemp())
-    rerankers = {
-        "whole": (CrossEncoderReranker(reranker_path), OnnxCrossEncoder(reranker_path, cache=cache)),
-        "window": (
-            CrossEncoderReranker(reranker_path, max_tokens=window, analyser=analyser),
-            OnnxCrossEncoder(reranker_path, cache=cache, max_tokens=window, analyser=analyser),
-        ),
-    }
+    torch_whole, onnx_whole = CrossEncoderReranker(reranker_path), OnnxCrossEncoder(reranker_path, cache=cache)
+    torch_window = CrossEncoderReranker(reranker_path, max_tokens=window, analyser=analyser)
+    onnx_window = OnnxCrossEncoder(reranker_path, cache=cache, max_tokens=window, analyser=analyser)
     int8_ce = OnnxCrossEncoder(reranker_path, cache=cache, max_tokens=window, analyser=analyser, int8=True)
 
     def reranks(*ces: Reranker) -> list[float]:
         return p50s(*(lambda q, ce=ce: ce.score(q, passages) for ce in ces))
 
-    (torch_whole, onnx_whole), (torch_window, onnx_window) = rerankers.values()
     embed = p50s(lambda q: torch.embed_queries([q]), lambda q: onnx.embed_queries([q]))
     whole = reranks(torch_whole, onnx_whole)
     window_t, window_o, int8_o = reranks(torch_window, onnx_window, int8_ce)
