@@ -14,13 +14,14 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[1]
 STARTUP_TIMEOUT = 180.0
@@ -111,10 +112,8 @@ class ServerProcess:
         with suppress(ProcessLookupError):
             os.killpg(group, signal.SIGKILL)
         code = self.wait()
-        for _ in range(600):
-            if not any(_in_group(stat, group) for stat in Path("/proc").glob("[0-9]*/stat")):
-                break
-            time.sleep(0.05)
+        # up to 30 s, then on regardless: the caller's next step says what is still held
+        until(lambda: not any(_in_group(stat, group) for stat in Path("/proc").glob("[0-9]*/stat")), 30, every=0.05)
         return code
 
     def stop(self) -> int:

@@ -6,11 +6,11 @@ import time
 from collections.abc import Callable
 
 
-def until(check: Callable[[], bool], seconds: float) -> bool:
-    """Whether `check()` came true within `seconds`, asking every 0.1 s."""
+def until(check: Callable[[], bool], seconds: float, every: float = 0.1) -> bool:
+    """Whether `check()` came true within `seconds`, asking every `every` seconds."""
     deadline = time.monotonic() + seconds
     while not check():
         if time.monotonic() > deadline:
             return False
-        time.sleep(0.1)
+        time.sleep(every)
     return True
