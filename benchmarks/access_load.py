@@ -28,8 +28,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.speed import ROOT, serve
-from eval.http import no_delay_client
-from service.access import LOCAL, create_key
+from service.access.keys import create_key
+from service.access.principals import LOCAL
+from service.cli.remote import no_delay_client
 from service.state import open_state
 
 QUERIES = ["vpn error LC-419", "refund window annual plan", "parental leave weeks", "password rotation policy"]

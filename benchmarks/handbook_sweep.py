@@ -21,17 +21,17 @@ from eval.report import mean_metrics
 from eval.runner import run_set
 from eval.storage import load_set
 from service.api.convert import parse_filters
-from service.chunking import Chunker, ChunkerConfig
 from service.domain import FusionMethod, Mode
-from service.embedding import SentenceTransformerEmbedder
-from service.evaluation import PipelineRetriever
-from service.index import Index
-from service.loaders import iter_documents
-from service.pipeline import SearchParams, SearchPipeline
+from service.evaluation.retriever import PipelineRetriever
+from service.index.chunking import Chunker, ChunkerConfig
+from service.index.index import Index
+from service.index.loaders import iter_documents
+from service.retrieval.embedding import SentenceTransformerEmbedder
+from service.retrieval.pipeline import SearchParams, SearchPipeline
+from service.retrieval.sparse import Bm25Params
+from service.retrieval.tokenizer import TokenizerConfig
 from service.settings import PACKAGED_MODEL
-from service.sparse import Bm25Params
 from service.stores.edge import EdgeStore
-from service.tokenizer import TokenizerConfig
 
 HANDBOOK = Path(__file__).resolve().parents[1] / "demo" / "handbook"
 CONFIGS = [

@@ -66,7 +66,7 @@ def scifact(cache: Path) -> tuple[np.ndarray, np.ndarray]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from benchmarks.speed import SCIFACT, scifact_chunks
     from eval.trec import read_qrels, read_queries
-    from service.onnx_models import OnnxEmbedder
+    from service.retrieval.onnx_models import OnnxEmbedder
     from service.settings import PACKAGED_MODEL
 
     embedder = OnnxEmbedder(PACKAGED_MODEL, cache=cache)

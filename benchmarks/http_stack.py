@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.speed import MODES, ROOT, SCIFACT, latency, serve
-from eval.http import no_delay_client
 from eval.trec import read_queries
+from service.cli.remote import no_delay_client
 
 STACKS = ("asyncio + h11 (fallback)", "uvloop + httptools (default)")
 

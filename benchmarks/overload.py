@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.speed import ROOT, serve
-from eval.http import no_delay_client
+from service.cli.remote import no_delay_client
 
 DATA = ROOT / "data" / "bench-overload"
 QUERIES = ["vpn error LC-419", "refund window annual plan", "parental leave weeks", "password rotation policy"]
@@ -87,7 +87,7 @@ def main() -> None:
     url, stop_server = serve(DATA, "")
     try:
         subprocess.run(
-            [sys.executable, "-m", "service.cli", "ingest", str(ROOT / "demo" / "handbook"), "--url", url],
+            [sys.executable, "-m", "service.cli.main", "ingest", str(ROOT / "demo" / "handbook"), "--url", url],
             cwd=ROOT,
             check=True,
             capture_output=True,

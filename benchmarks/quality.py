@@ -31,14 +31,21 @@ from eval.report import mean_metrics
 from eval.runner import run_set
 from eval.trec import cases_from_qrels, read_qrels, read_queries
 from service.api.convert import parse_filters
-from service.chunking import Chunker, ChunkerConfig
 from service.domain import FusionMethod, Mode
-from service.embedding import Embedder
-from service.evaluation import PipelineRetriever
+from service.evaluation.retriever import PipelineRetriever
 from service.filters import of_kind
-from service.index import Index
-from service.loaders import iter_documents
-from service.payload import (
+from service.index.chunking import Chunker, ChunkerConfig
+from service.index.index import Index
+from service.index.loaders import iter_documents
+from service.retrieval.embedding import Embedder
+from service.retrieval.pipeline import SearchParams, SearchPipeline
+from service.retrieval.sparse import Bm25Encoder, Bm25Params
+from service.retrieval.tokenizer import Tokenizer, TokenizerConfig
+from service.runtime import build_embedder
+from service.settings import Settings
+from service.stores.base import StorePoint
+from service.stores.edge import EdgeStore
+from service.stores.payload import (
     chunk_payload,
     chunk_point_id,
     document_payload,
@@ -46,13 +53,6 @@ from service.payload import (
     head_payload,
     head_point_id,
 )
-from service.pipeline import SearchParams, SearchPipeline
-from service.runtime import build_embedder
-from service.settings import Settings
-from service.sparse import Bm25Encoder, Bm25Params
-from service.stores.base import StorePoint
-from service.stores.edge import EdgeStore
-from service.tokenizer import Tokenizer, TokenizerConfig
 
 DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 RRF_GRID = (10, 20, 30, 60, 100)

@@ -34,14 +34,14 @@ from rank_bm25 import BM25Okapi
 from tokenizers import Tokenizer as ModelTokenizer
 
 from eval.trec import read_qrels, read_queries
-from service.chunking import Chunker, ChunkerConfig
 from service.domain import Chunk
-from service.embedding import resolve_model_path
-from service.loaders import iter_documents
-from service.onnx_models import OnnxEmbedder
-from service.rerank import PassageWindow
+from service.index.chunking import Chunker, ChunkerConfig
+from service.index.loaders import iter_documents
+from service.retrieval.embedding import resolve_model_path
+from service.retrieval.onnx_models import OnnxEmbedder
+from service.retrieval.rerank import PassageWindow
+from service.retrieval.tokenizer import Tokenizer, TokenizerConfig
 from service.settings import PACKAGED_MODEL, Settings
-from service.tokenizer import Tokenizer, TokenizerConfig
 
 SCIFACT = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "scifact"
 DEPTH = 20

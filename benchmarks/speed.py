@@ -47,16 +47,26 @@ from rank_bm25 import BM25Okapi
 
 from benchmarks.hnsw import CENTRES, clustered
 from benchmarks.timed_store import TimedStore
-from eval.http import no_delay_client
 from eval.trec import read_queries
-from service.chunking import Chunker, ChunkerConfig
+from service.cli.remote import no_delay_client
 from service.domain import Chunk, Document
-from service.embedding import Embedder, Matrix, SentenceTransformerEmbedder, resolve_model_path
 from service.filters import of_kind
-from service.index import Index
-from service.loaders import iter_documents
-from service.onnx_models import OnnxCrossEncoder, OnnxEmbedder
-from service.payload import (
+from service.index.chunking import Chunker, ChunkerConfig
+from service.index.index import Index
+from service.index.loaders import iter_documents
+from service.retrieval.embedding import Embedder, Matrix, SentenceTransformerEmbedder, resolve_model_path
+from service.retrieval.onnx_models import OnnxCrossEncoder, OnnxEmbedder
+from service.retrieval.pipeline import SearchParams, SearchPipeline
+from service.retrieval.rerank import CrossEncoderReranker, Reranker
+from service.retrieval.sparse import Bm25Encoder, Bm25Params
+from service.retrieval.tokenizer import Tokenizer, TokenizerConfig
+from service.runtime import build_store
+from service.settings import PACKAGED_MODEL, Settings
+from service.stores.base import StorePoint, VectorStore
+from service.stores.edge import EdgeStore
+from service.stores.edge_layout import DENSE_SEARCH_PARAMS, GRAPH_FROM
+from service.stores.mirrored import MirroredStore
+from service.stores.payload import (
     chunk_payload,
     chunk_point_id,
     document_payload,
@@ -64,16 +74,6 @@ from service.payload import (
     head_payload,
     head_point_id,
 )
-from service.pipeline import SearchParams, SearchPipeline
-from service.rerank import CrossEncoderReranker, Reranker
-from service.runtime import build_store
-from service.settings import PACKAGED_MODEL, Settings
-from service.sparse import Bm25Encoder, Bm25Params
-from service.stores.base import StorePoint, VectorStore
-from service.stores.edge import EdgeStore
-from service.stores.edge_layout import DENSE_SEARCH_PARAMS, GRAPH_FROM
-from service.stores.mirrored import MirroredStore
-from service.tokenizer import Tokenizer, TokenizerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
@@ -422,7 +422,7 @@ def serve(
     env = {"PLUMBLINE_AUTH": "off", **os.environ, "PLUMBLINE_DEFAULT_RERANK": "false", **(env or {})}
     if reranker_path:
         env["PLUMBLINE_RERANK_MODEL"] = reranker_path
-    cmd = [sys.executable, "-m", "service.cli", "serve"]
+    cmd = [sys.executable, "-m", "service.cli.main", "serve"]
     cmd += ["--data-dir", str(data_dir), "--port", str(port)]
     cmd += ["--ingest", str(preload)] if preload else []
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -26,18 +26,18 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.speed import SCIFACT, paced, scifact_chunks
 from eval.trec import read_queries
-from service.chunking import Chunker, ChunkerConfig
 from service.domain import Document
-from service.index import Index
-from service.loaders import iter_documents
-from service.onnx_models import OnnxEmbedder
-from service.pipeline import SearchParams, SearchPipeline
+from service.index.chunking import Chunker, ChunkerConfig
+from service.index.index import Index
+from service.index.loaders import iter_documents
+from service.retrieval.onnx_models import OnnxEmbedder
+from service.retrieval.pipeline import SearchParams, SearchPipeline
+from service.retrieval.sparse import Bm25Params
+from service.retrieval.tokenizer import TokenizerConfig
 from service.settings import PACKAGED_MODEL, Settings
-from service.sparse import Bm25Params
 from service.stores.base import VectorStore
 from service.stores.edge import EdgeStore
 from service.stores.mirrored import MirroredStore
-from service.tokenizer import TokenizerConfig
 
 
 def searches_during_ingest(

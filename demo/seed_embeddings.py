@@ -1,6 +1,6 @@
 """Write demo/handbook.embeddings.npz: the handbook's chunk embeddings under the default settings, which `make run`
 adds to the embedding cache (PLUMBLINE_EMBEDDING_SEED) so that its first start does not run the model over every
-chunk. `tests/service/test_embedding_cache.py` fails when the file no longer covers the handbook."""
+chunk. `tests/service/retrieval/test_embedding_cache.py` fails when the file no longer covers the handbook."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from service.embedding_cache import CachedEmbedder  # noqa: E402
+from service.retrieval.embedding_cache import CachedEmbedder  # noqa: E402
 from service.runtime import Runtime  # noqa: E402
 from service.settings import Settings  # noqa: E402
 

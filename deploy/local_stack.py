@@ -191,7 +191,7 @@ def running(workdir: Path, *, schedule_seconds: float = 3600, scrape_seconds: fl
     (workdir / "prometheus.yml").write_text(json.dumps(config), encoding="utf-8")  # JSON is YAML
     with open(log_path, "wb") as log, open(workdir / "prometheus.log", "wb") as prom_log:
         service = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--data-dir", str(workdir / "data"), *serve_args],
+            [sys.executable, "-m", "service.cli.main", "serve", "--data-dir", str(workdir / "data"), *serve_args],
             cwd=REPO,
             env=env,
             stderr=log,
@@ -222,7 +222,8 @@ def running(workdir: Path, *, schedule_seconds: float = 3600, scrape_seconds: fl
 
 def _keys(data: Path) -> tuple[str, str]:
     """An admin key for the driver and a metrics key for Prometheus, in the data directory's state store."""
-    from service.access import LOCAL, create_key
+    from service.access.keys import create_key
+    from service.access.principals import LOCAL
     from service.state import open_state
 
     data.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,8 @@
 """Replaying a labelled set through a retriever, case by case, into a run record.
 
 A retriever is anything with `retrieve(queries) -> ranked results per query`: the service's own
-pipeline in-process (`service.evaluation.PipelineRetriever`), a remote Plumbline over HTTP
-(`eval.http.HttpRetriever`), or a plain function wrapped in `FunctionRetriever`. Queries go in
+pipeline in-process (`service.evaluation.runs.PipelineRetriever`), a remote Plumbline over HTTP
+(`service.cli.remote.HttpRetriever`), or a plain function wrapped in `FunctionRetriever`. Queries go in
 batches, so an in-process pipeline embeds them together.
 """
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +18,6 @@ from typing import Any, Protocol
 
 from eval.cases import Case, Label, dump_jsonl, load_cases, parse_jsonl
 from eval.errors import AlreadyExists, EvalError, ReadOnly, UnknownName
-from eval.faults import crash_point
 from eval.matching import Retrieved
 from eval.report import mean_metrics
 from eval.runner import CaseResult, Run
@@ -37,27 +34,6 @@ def check_name(name: str, what: str) -> str:
     if not NAME.match(name) or ".." in name:
         raise EvalError(f"{what} name {name!r} is invalid: use letters, digits, '_', '-', '.' (max 100)")
     return name
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file, fsync, rename, fsync the folder: a crash leaves the old or the new file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        crash_point("state:temp-written")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class Records(Protocol):

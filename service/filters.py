@@ -156,7 +156,7 @@ def build_filter(spec: FilterSpec, *, fresh_only: bool, now: dt.datetime) -> Cla
         must.append(DateRange("updated_at", gte=spec.updated_after, lt=spec.updated_before))
     must.extend(_metadata_condition(m) for m in spec.metadata)
     if fresh_only:
-        must.append(DateRange("fresh_until", gt=now))  # see service.payload.fresh_until
+        must.append(DateRange("fresh_until", gt=now))  # see service.stores.payload.fresh_until
     return Clause(must=tuple(must))
 
 

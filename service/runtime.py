@@ -21,14 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from eval.storage import RunStore, SetStore
-from service import logs
-from service.access import Authenticator
+from service.access.keys import Authenticator
 from service.api.convert import parse_filters, run_spec
 from service.api.schemas import SearchOptions
-from service.chunking import Chunker, ChunkerConfig
-from service.datadir import DataDirLock
-from service.embedding import Embedder, SentenceTransformerEmbedder
-from service.embedding_cache import CachedEmbedder
 from service.errors import (
     DataDirLocked,
     DataDirUnavailable,
@@ -38,21 +33,26 @@ from service.errors import (
     StoreUnreachable,
     public,
 )
-from service.evaluation import EvalService
-from service.incidents import IncidentService
-from service.index import Index, IndexLimits
-from service.loaders import iter_documents
-from service.observability import ServiceMetrics
-from service.onnx_models import OnnxCrossEncoder, OnnxEmbedder
-from service.pipeline import Limits, SearchPipeline
-from service.rerank import CrossEncoderReranker, Reranker
-from service.schedule import Scheduler
+from service.evaluation.incidents import IncidentService
+from service.evaluation.runs import EvalService
+from service.evaluation.schedule import Scheduler
+from service.index.chunking import Chunker, ChunkerConfig
+from service.index.index import Index, IndexLimits
+from service.index.loaders import iter_documents
+from service.infra import logs
+from service.infra.datadir import DataDirLock
+from service.infra.observability import ServiceMetrics
+from service.retrieval.embedding import Embedder, SentenceTransformerEmbedder
+from service.retrieval.embedding_cache import CachedEmbedder
+from service.retrieval.onnx_models import OnnxCrossEncoder, OnnxEmbedder
+from service.retrieval.pipeline import Limits, SearchPipeline
+from service.retrieval.rerank import CrossEncoderReranker, Reranker
+from service.retrieval.sparse import Bm25Params
+from service.retrieval.tokenizer import Tokenizer, TokenizerConfig
 from service.settings import Settings
-from service.sparse import Bm25Params
 from service.state import StateStore, open_state
 from service.state.audit import AuditRecords
 from service.stores.base import VectorStore
-from service.tokenizer import Tokenizer, TokenizerConfig
 
 if TYPE_CHECKING:
     from service.stores.qdrant import QdrantOptions

@@ -28,8 +28,16 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PLUMBLINE_", extra="forbid")
 
     # storage
-    backend: Literal["edge", "qdrant"] = "edge"
-    data_dir: Path = Path("data")
+    backend: Literal["edge", "qdrant"] = Field(
+        "edge",
+        description="where the index lives: edge, the embedded engine in the data directory (one machine); qdrant, "
+        "a Qdrant server or cluster at qdrant_url (several replicas can share it)",
+    )
+    data_dir: Path = Field(
+        Path("data"),
+        description="the data directory: the embedded index, the SQLite state store, the embedding cache, the "
+        "exported models and the lock (plumbline.lock) that keeps a second process out",
+    )
     index_copies: int = Field(
         2,
         ge=1,
@@ -43,11 +51,13 @@ class Settings(BaseSettings):
         ge=0,
         description="the embedded index: past this many points (chunks, plus a record and a head per document) a "
         "write rebuilds each copy's segments with HNSW graphs (m=16, int8, rescored), one-way; below it the dense "
-        "side is an int8 scan, exact in its top 100 (README, Speed: why 300,000)",
+        "side is an int8 scan, exact in its top 100 (docs/decisions.md: why 300,000)",
     )
-    qdrant_url: str | None = None
-    qdrant_api_key: str | None = None
-    collection: str = "plumbline"
+    qdrant_url: str | None = Field(
+        None, description="the Qdrant server's URL, e.g. http://qdrant:6333 (backend qdrant)"
+    )
+    qdrant_api_key: str | None = Field(None, description="the Qdrant server's API key, when it asks for one")
+    collection: str = Field("plumbline", description="the Qdrant collection's name (backend qdrant)")
     # the Qdrant server backend: how requests behave, and how the collection is created (only when it does not exist)
     qdrant_timeout: float = Field(5.0, gt=0, le=300, description="seconds one request may wait for an answer")
     qdrant_connect_timeout: float = Field(2.0, gt=0, le=60, description="seconds to open a connection")
@@ -71,11 +81,21 @@ class Settings(BaseSettings):
     qdrant_rescore: bool = Field(True, description="rescore quantised candidates on the original vectors")
 
     # models
-    embedding_model: str = PACKAGED_MODEL
-    embedding_batch_size: int = Field(32, ge=1, le=1024)
-    query_prefix: str = ""
-    document_prefix: str = ""
-    rerank_model: str | None = None
+    embedding_model: str = Field(
+        PACKAGED_MODEL,
+        description="the embedding model: packaged:all-MiniLM-L6-v2 (shipped inside a wheel), or a "
+        "sentence-transformers model folder or name; an index built with another model refuses to open",
+    )
+    embedding_batch_size: int = Field(32, ge=1, le=1024, description="texts embedded in one call of the model")
+    query_prefix: str = Field(
+        "", description="text put before every query before it is embedded (for a model trained with one)"
+    )
+    document_prefix: str = Field(
+        "", description="text put before every chunk before it is embedded; part of the embedding cache's key"
+    )
+    rerank_model: str | None = Field(
+        None, description="a cross-encoder (a sentence-transformers model folder or name); unset: no rerank"
+    )
     rerank_max_tokens: int = Field(
         128,
         ge=16,
@@ -87,12 +107,14 @@ class Settings(BaseSettings):
         description="cut a passage too long for rerank_max_tokens around the query's terms, its title and heading path "
         "kept; false: cut at its end",
     )
-    rerank_concurrency: int = Field(1, ge=1, le=16)
+    rerank_concurrency: int = Field(1, ge=1, le=16, description="reranks run at once; the others wait their turn")
     rerank_int8: bool = Field(
         False,
         description="on ONNX Runtime, the cross-encoder's weights quantised to int8: about 2x faster, scores move",
     )
-    torch_threads: int | None = Field(None, ge=1)
+    torch_threads: int | None = Field(
+        None, ge=1, description="threads the models use (torch and ONNX Runtime); unset: one per core"
+    )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="where the models run: cuda embeds and reranks on a GPU (torch), auto uses one if present"
     )
@@ -113,33 +135,62 @@ class Settings(BaseSettings):
 
     # analysis and chunking
     chunk_size: int = Field(1000, ge=100, le=20_000, description="target chunk length in characters")
-    chunk_overlap: int = Field(100, ge=0)
-    stemmer: str | None = "english"
-    stopwords: str = "lucene"
-    bm25_k1: float = Field(0.9, gt=0)
-    bm25_b: float = Field(0.4, ge=0, le=1)
+    chunk_overlap: int = Field(
+        100,
+        ge=0,
+        description="characters of the previous chunk repeated at a chunk's start (whole sentences or items); under "
+        "half of chunk_size",
+    )
+    stemmer: str | None = Field(
+        "english",
+        description="the keyword analysis's Snowball stemmer (a PyStemmer algorithm name); None: no stemming; "
+        "an index built with another refuses to open",
+    )
+    stopwords: str = Field(
+        "lucene",
+        description="the words the keyword analysis drops: lucene (Lucene's 33 English stopwords) or none; an index "
+        "built with another set refuses to open",
+    )
+    bm25_k1: float = Field(0.9, gt=0, description="BM25 term-frequency saturation; fixed in the index manifest")
+    bm25_b: float = Field(
+        0.4, ge=0, le=1, description="BM25 length normalisation (0: none, 1: full); fixed in the index manifest"
+    )
     bm25_avg_len: float | None = Field(
         None, gt=0, description="mean chunk length in terms; None: measured on the first ingested batch"
     )
 
     # search defaults and limits
-    default_k: int = Field(10, ge=1)
-    default_mode: Mode = Mode.HYBRID
-    default_fusion: FusionMethod = FusionMethod.WEIGHTED
-    default_alpha: float = Field(0.5, ge=0, le=1)
-    default_rrf_k: int = Field(60, ge=1)
-    default_candidates: int = Field(100, ge=1)
-    default_rerank_depth: int = Field(20, ge=1)
+    default_k: int = Field(
+        10, ge=1, description="results a search returns when it names no k; an incident's k when it names none"
+    )
+    default_mode: Mode = Field(Mode.HYBRID, description="the retrieval mode of a search that names none")
+    default_fusion: FusionMethod = Field(
+        FusionMethod.WEIGHTED,
+        description="how hybrid search fuses its two lists: weighted (z-scored scores, the union rescored on both "
+        "sides) or rrf (reciprocal rank fusion)",
+    )
+    default_alpha: float = Field(
+        0.5, ge=0, le=1, description="weight of the dense side in weighted fusion (0: keyword only, 1: dense only)"
+    )
+    default_rrf_k: int = Field(60, ge=1, description="the k of reciprocal rank fusion, 1 / (k + rank)")
+    default_candidates: int = Field(100, ge=1, description="candidates each side (dense, keyword) retrieves")
+    default_rerank_depth: int = Field(20, ge=1, description="top fused results the cross-encoder reorders")
     default_rerank: bool = Field(True, description="rerank when a cross-encoder is configured and not asked otherwise")
-    max_k: int = Field(100, ge=1)
-    max_candidates: int = Field(1000, ge=1)
-    max_rerank_depth: int = Field(50, ge=1)
-    max_query_chars: int = Field(2000, ge=1)
+    max_k: int = Field(100, ge=1, description="the largest k a request may ask for (422 beyond)")
+    max_candidates: int = Field(1000, ge=1, description="the most candidates a request may ask for (422 beyond)")
+    max_rerank_depth: int = Field(50, ge=1, description="the deepest rerank a request may ask for (422 beyond)")
+    max_query_chars: int = Field(2000, ge=1, description="the longest query, in characters (422 beyond)")
 
     # ingestion limits
-    max_batch_documents: int = Field(500, ge=1)
-    max_document_chars: int = Field(2_000_000, ge=1)
-    max_request_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    max_batch_documents: int = Field(500, ge=1, description="documents in one ingest batch at most (422 beyond)")
+    max_document_chars: int = Field(
+        2_000_000, ge=1, description="the longest document text, in characters (422 beyond)"
+    )
+    max_request_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024,
+        description="the largest request body, in bytes, read from Content-Length: 413 beyond, before the body is read",
+    )
 
     min_free_disk_mb: int = Field(
         256,

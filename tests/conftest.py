@@ -16,26 +16,27 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # The suite tests search, ingest, eval and incidents with auth off (the service's default is on); the access tests
-# (tests/service/api/test_access*.py, tests/service/test_keys_cli.py) pass auth="on" and cover every endpoint.
+# (tests/service/api/test_access*.py, tests/service/cli/test_keys.py) pass auth="on" and cover every endpoint.
 os.environ.setdefault("PLUMBLINE_AUTH", "off")
 # Servers the tests start embed documents at normal priority (the service's default is nice 10, tested in
-# tests/service/test_onnx_models.py): two test workers share two cores, and a niced ingest would wait on the other.
+# tests/service/retrieval/test_onnx_models.py): two test workers share two cores, and a niced ingest would wait on
+# the other.
 os.environ.setdefault("PLUMBLINE_INGEST_NICE", "0")
 # One cache of exported ONNX models for every test and every server a test starts (an export takes about 8 s; the
 # files are keyed by the model's files and written atomically, so sessions can share them).
 os.environ.setdefault("PLUMBLINE_MODEL_CACHE", str(Path(tempfile.gettempdir()) / "plumbline-test-models"))
 
-from service.chunking import Chunker, ChunkerConfig
 from service.domain import Document
-from service.embedding import Embedder
-from service.embedding_cache import CachedEmbedder
-from service.index import Index
-from service.loaders import iter_documents
-from service.onnx_models import OnnxEmbedder
+from service.index.chunking import Chunker, ChunkerConfig
+from service.index.index import Index
+from service.index.loaders import iter_documents
+from service.retrieval.embedding import Embedder
+from service.retrieval.embedding_cache import CachedEmbedder
+from service.retrieval.onnx_models import OnnxEmbedder
+from service.retrieval.sparse import Bm25Params
+from service.retrieval.tokenizer import TokenizerConfig
 from service.settings import PACKAGED_MODEL
-from service.sparse import Bm25Params
 from service.stores.edge import EdgeStore
-from service.tokenizer import TokenizerConfig
 from tests.postgres import postgres_server
 from tests.service.stores.fake_qdrant import FakeQdrantServer
 
@@ -80,7 +81,8 @@ def handbook_index(
 
     Ingested through the real path with the model behind the embedding cache, seeded from the shipped seed as
     `make run` is: the 535 chunks' vectors come from the seed (the model's own output, kept current by
-    tests/service/test_embedding_cache.py) instead of 18 s of the model per test worker; queries run the model."""
+    tests/service/retrieval/test_embedding_cache.py) instead of 18 s of the model per test worker; queries run the
+    model."""
     folder = tmp_path_factory.mktemp("handbook")
     embedder = CachedEmbedder(minilm, folder / "embeddings.db")
     embedder.seed(SEED)

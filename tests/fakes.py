@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from service.embedding import Matrix, PrefixedEmbedder
 from service.filters import Clause
+from service.retrieval.embedding import Matrix, PrefixedEmbedder
 from service.stores.base import ScoredPoint, StorePoint, VectorQuery, VectorStore
 
 T = TypeVar("T")

@@ -46,7 +46,7 @@ class ServerProcess:
         self._process: subprocess.Popen[str] | None = None
 
     def start(self, wait_ready: bool = True) -> ServerProcess:
-        command = [sys.executable, "-m", "service.cli", "serve", "--data-dir", str(self.data_dir), "--port", "0"]
+        command = [sys.executable, "-m", "service.cli.main", "serve", "--data-dir", str(self.data_dir), "--port", "0"]
         self._process = subprocess.Popen(
             [*command, *self.args],
             cwd=ROOT,
@@ -144,7 +144,7 @@ def _in_group(stat: Path, group: int) -> bool:
 def plumbline(*args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the `plumbline` CLI in a child process; its exit code and output."""
     return subprocess.run(
-        [sys.executable, "-m", "service.cli", *args],
+        [sys.executable, "-m", "service.cli.main", *args],
         cwd=ROOT,
         env={**os.environ, **(env or {})},
         capture_output=True,

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from service.access import ROLES
+from service.access.principals import ROLES
 from service.api.schemas import _Strict
 from service.state.keys import ApiKey
 

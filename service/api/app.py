@@ -15,13 +15,13 @@ from prometheus_client import CollectorRegistry
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service import logs
 from service.api import errors
 from service.api.routes import admin, documents, evaluation, health, identity, incidents, search, web
 from service.api.schemas import ERROR_RESPONSES
-from service.evaluation import EvalGaugeCollector
-from service.incidents import IncidentGaugeCollector
-from service.observability import IndexSizeCollector, ServiceMetrics
+from service.evaluation.gauges import EvalGaugeCollector
+from service.evaluation.incidents import IncidentGaugeCollector
+from service.infra import logs
+from service.infra.observability import IndexSizeCollector, ServiceMetrics
 from service.runtime import Components, Runtime
 from service.settings import Settings
 

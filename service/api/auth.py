@@ -14,7 +14,7 @@ from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from service.access import ANONYMOUS, Principal, require
+from service.access.principals import ANONYMOUS, Principal, require
 from service.runtime import Runtime
 
 AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {

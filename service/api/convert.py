@@ -13,9 +13,9 @@ from eval.matching import Unit
 from service.api.schemas import DocumentIn, FiltersIn, SearchOptions
 from service.domain import Document
 from service.errors import InvalidRequest
-from service.evaluation import RunSpec
+from service.evaluation.runs import RunSpec
 from service.filters import FilterSpec, parse_metadata_filters
-from service.pipeline import SearchParams, SearchPipeline
+from service.retrieval.pipeline import SearchParams, SearchPipeline
 from service.settings import Settings
 
 

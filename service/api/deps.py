@@ -6,10 +6,10 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from service.evaluation import EvalService
-from service.incidents import IncidentService
-from service.index import Index
-from service.pipeline import SearchPipeline
+from service.evaluation.incidents import IncidentService
+from service.evaluation.runs import EvalService
+from service.index.index import Index
+from service.retrieval.pipeline import SearchPipeline
 from service.runtime import Runtime
 from service.settings import Settings
 

@@ -41,7 +41,7 @@ def _utc(value: dt.datetime) -> dt.datetime:
 
 
 def _date_only_is_midnight_utc(value: Any) -> Any:
-    """`2026-01-01` means 2026-01-01T00:00:00Z, as it does in front matter (`service.loaders`)."""
+    """`2026-01-01` means 2026-01-01T00:00:00Z, as it does in front matter (`service.index.loaders`)."""
     return f"{value}T00:00:00Z" if isinstance(value, str) and DATE_ONLY.match(value) else value
 
 

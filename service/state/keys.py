@@ -1,8 +1,8 @@
-"""API keys in the state store: each row holds a key's SHA-256 hash, never the key itself (see `service.access`).
+"""API keys in the state store: each row holds a key's SHA-256 hash, never the key itself (see `service.access.keys`).
 
 A rotation keeps the replaced secret's hash for a grace period, so that clients can move to the new secret
 without an outage; a revocation is immediate on the replica that made it, and on every other within
-`service.access.CACHE_SECONDS`.
+`service.access.keys.CACHE_SECONDS`.
 """
 
 from __future__ import annotations

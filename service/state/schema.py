@@ -145,7 +145,7 @@ api_keys = Table(
     Column("secret_hash", String(64), nullable=False),  # SHA-256 of the secret, hex; the secret is never stored
     Column("previous_hash", String(64)),  # the secret before the last rotation, valid until previous_expires_at
     Column("previous_expires_at", String(32)),
-    Column("roles", Text, nullable=False),  # JSON list (service.access.ROLES)
+    Column("roles", Text, nullable=False),  # JSON list (service.access.keys.ROLES)
     Column("tenant", String(200)),  # the tenant the key is confined to; None: unbound
     Column("created_at", String(32), nullable=False),
     Column("created_by", String(200), nullable=False),

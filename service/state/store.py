@@ -131,7 +131,7 @@ class StateStore:
     """Sets, runs, baselines (with history), incidents, jobs, leases, API keys, the audit log and meta values, on
     one SQLAlchemy engine.
 
-    Methods take and return text and plain values; `eval.storage` and `service.incidents` own the formats.
+    Methods take and return text and plain values; `eval.storage` and `service.evaluation.incidents` own the formats.
     """
 
     def __init__(self, url: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.dialects import postgresql, sqlite
 
-from eval.faults import crash_point
+from service.infra.faults import crash_point
 
 
 @contextmanager

@@ -17,8 +17,8 @@ from enum import StrEnum
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from service.filters import Clause, Condition, DateRange, HasId, Match, MatchAny, NumberRange
-from service.payload import head_point_id
-from service.sparse import SparseVector
+from service.retrieval.sparse import SparseVector
+from service.stores.payload import head_point_id
 
 R = TypeVar("R")
 DENSE: Literal["dense"] = "dense"
@@ -116,7 +116,7 @@ class VectorStore(Protocol):
         """`work(store, *args)` where the index lives, its engine calls made there: in a copy's engine process for
         `MirroredStore` (one round trip for all of them: `work` is a module-level function, and it, its arguments and
         its answer pickle), in this process for the others (`work(self, *args)`; a wrapper of a store does the same,
-        so that `work` calls the wrapper). `service.retrieval.gather` is the work a search sends."""
+        so that `work` calls the wrapper). `service.retrieval.gather.gather` is the work a search sends."""
 
     def scroll(self, where: Clause, limit: int, fields: Sequence[str] | None = None) -> list[ScoredPoint]:
         """Up to `limit` points matching `where` (score 0), with only `fields` of the payload if given."""
@@ -146,7 +146,7 @@ class VectorStore(Protocol):
 
 
 def committed_generations(store: VectorStore, doc_ids: Collection[str]) -> dict[str, int]:
-    """The committed generation of each document, read from its head by id (see `service.candidates`)."""
+    """The committed generation of each document, read from its head by id (see `service.retrieval.candidates`)."""
     heads = store.retrieve([head_point_id(d) for d in sorted(doc_ids)], fields=("doc_id", "gen"))
     return {h.payload["doc_id"]: int(h.payload["gen"]) for h in heads}
 

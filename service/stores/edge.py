@@ -4,7 +4,7 @@ The shard is created scanned (int8, rescored: `service.stores.edge_layout`); pas
 (`PLUMBLINE_INDEX_GRAPH_FROM`) a durable write reopens it with HNSW graphs and the engine's optimiser rebuilds every
 segment with one. The switch is one-way (a shard that shrinks keeps its graphs) and recorded by the engine in the
 shard's own configuration, which the store reads back when it opens. Sparse BM25 uses the engine's inverted index and
-IDF modifier. One process per directory: `service.datadir.DataDirLock` is taken before this store is opened.
+IDF modifier. One process per directory: `service.infra.datadir.DataDirLock` is taken before this store is opened.
 
 Engine errors become `StoreUnavailable` with the file paths taken out (the log keeps them). After a
 failed write the engine may refuse every later one ("Not recovered from previous error") until it is
@@ -25,10 +25,10 @@ from typing import Any, TypeVar
 
 import qdrant_edge as qe
 
-from eval.faults import crash_point
 from service.errors import PlumblineError, StoreUnavailable, public
 from service.filters import Clause, Match, MatchAny, NumberRange, of_kind
-from service.sparse import SparseVector
+from service.infra.faults import crash_point
+from service.retrieval.sparse import SparseVector
 from service.stores.base import (
     CANDIDATE_FIELDS,
     DENSE,

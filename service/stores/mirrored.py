@@ -43,9 +43,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, TypeVar
 
-from eval.faults import crash_point
 from service.errors import PlumblineError, StoreUnavailable, public
 from service.filters import Clause
+from service.infra.faults import crash_point
+from service.infra.files import write_atomic
 from service.stores.base import ScoredPoint, StorePoint, VectorQuery
 from service.stores.edge import EdgeStore
 from service.stores.edge_layout import GRAPH_FROM
@@ -180,7 +181,7 @@ class MirroredStore:
         with self._write_lock:
             if failure := self.health():
                 raise StoreUnavailable(failure)
-            _replace(self._log, call, sync=kwargs.get("durable", True))
+            write_atomic(self._log, call, sync=kwargs.get("durable", True), crash_at=None)
             self._apply(call)
 
     def _apply(self, call: bytes) -> None:
@@ -499,24 +500,6 @@ def _remove(copy: Path) -> None:
     shutil.rmtree(retired, ignore_errors=True)
     os.replace(copy, retired)
     shutil.rmtree(retired)
-
-
-def _replace(path: Path, data: bytes, *, sync: bool) -> None:
-    """Write `data` to `path` atomically: a temporary file renamed over it; if `sync`, the file and then the rename
-    on disk before it returns."""
-    temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "wb") as f:
-        f.write(data)
-        if sync:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(temporary, path)
-    if sync:
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
 
 
 if __name__ == "__main__":  # an engine process, started by `_Copy`

@@ -31,7 +31,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from service.errors import StoreUnavailable, StoreUnreachable
 from service.filters import Clause, NumberRange
-from service.sparse import SparseVector
+from service.retrieval.sparse import SparseVector
 from service.stores.base import (
     CANDIDATE_FIELDS,
     DENSE,

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from service.cli import _parser
+from service.cli.main import _parser
 from service.settings import Settings
 from tests.deploy.helpers import PROMETHEUS_CONFIG, ROOT, dev_tool, load_yaml, run
 from tests.deploy.test_dockerfile import (

@@ -349,7 +349,7 @@ def test_runtime_environment() -> None:
 
 
 def test_the_command_is_a_valid_serve() -> None:
-    from service.cli import _parser
+    from service.cli.main import _parser
 
     cmd = exec_form(next(i.args for i in reversed(final_stage(instructions())) if i.keyword == "CMD"))
     assert cmd[:2] == ["plumbline", "serve"]

@@ -27,8 +27,8 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
-from service.access import read_key_file
-from service.cli import _parser
+from service.access.keys import read_key_file
+from service.cli.main import _parser
 from service.settings import Settings
 from tests.deploy.helpers import ROOT, RULES, load_yaml, run_promtool
 
@@ -45,7 +45,8 @@ SECRET_KEYS = {
     "evalApiKey": "eval-api-key",
     "metricsApiKey": "metrics-api-key",
 }
-# The only PLUMBLINE_* variable that is not a Settings field: the key the CLI sends (eval/http.py), in the CronJob.
+# The only PLUMBLINE_* variable that is not a Settings field: the key the CLI sends (service/cli/remote.py), in the
+# CronJob.
 CLI_KEY_ENV = "PLUMBLINE_API_KEY"
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 MONITORING_API = "monitoring.coreos.com/v1"
@@ -357,7 +358,7 @@ def test_every_plumbline_variable_is_a_settings_field(name: str) -> None:
 
 
 def test_the_cli_reads_its_key_from_the_cronjob_variable() -> None:
-    assert f'os.environ.get("{CLI_KEY_ENV}"' in (ROOT / "eval" / "http.py").read_text(encoding="utf-8")
+    assert f'os.environ.get("{CLI_KEY_ENV}"' in (ROOT / "service" / "cli" / "remote.py").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("path", [CHART / "values.yaml", PRODUCTION_VALUES], ids=lambda p: p.name)

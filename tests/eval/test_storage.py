@@ -23,8 +23,8 @@ from eval.storage import (
     load_set,
     run_from_json,
     run_to_json,
-    write_atomic,
 )
+from service.infra.files import write_atomic
 from tests.fakes import FakeRecords
 
 from .helpers import case, doc_case, docs, res, run_with

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from service.api.schemas import DocumentIn
-from service.loaders import iter_documents
+from service.index.loaders import iter_documents
 from tests.needs import missing
 from tests.server import ROOT, ServerProcess, plumbline
 

@@ -32,7 +32,7 @@ def openapi_text() -> str:
 
 def cli_help_text() -> str:
     """`plumbline --help` and every subcommand's `--help`, depth first, each under a `$ plumbline ... --help` line."""
-    from service.cli import _parser
+    from service.cli.main import _parser
 
     previous = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = HELP_COLUMNS

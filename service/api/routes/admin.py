@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, status
 from starlette.concurrency import run_in_threadpool
 
-from service.access import create_key, revoke_key, rotate_key
+from service.access.keys import create_key, revoke_key, rotate_key
 from service.api.admin_schemas import AuditOut, AuditPage, KeyIn, KeyOut, NewKeyOut, RotateIn
 from service.api.auth import AUTH_RESPONSES, Admin, audit
 from service.api.deps import RuntimeDep

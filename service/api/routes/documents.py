@@ -12,7 +12,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from service.access import Principal, confine, visible, write_tenant
+from service.access.principals import Principal, confine, visible, write_tenant
 from service.api.auth import AUTH_RESPONSES, DocumentReader, Ingester, audit
 from service.api.convert import to_document
 from service.api.deps import IndexDep, RuntimeDep
@@ -29,7 +29,7 @@ from service.api.schemas import (
 from service.domain import DocStatus
 from service.errors import InvalidRequest, NotFound
 from service.filters import FilterSpec, build_filter, parse_datetime
-from service.index import Index, StoredDocument
+from service.index.index import Index, StoredDocument
 
 router = APIRouter(tags=["documents"], responses=AUTH_RESPONSES)
 

@@ -14,7 +14,7 @@ from eval.present import report_json
 from eval.report import build_report
 from eval.runner import Run
 from eval.trec import trec_run_lines
-from service.access import Principal, require
+from service.access.principals import Principal, require
 from service.api.auth import AUTH_RESPONSES, EvalAdmin, EvalRunner, audit
 from service.api.convert import run_spec
 from service.api.deps import EvalsDep, IndexDep, PipelineDep, RuntimeDep, SettingsDep
@@ -29,7 +29,8 @@ from service.api.schemas import (
     SetSummary,
 )
 from service.errors import Conflict, Forbidden, InvalidRequest, NotFound
-from service.evaluation import EvalService, tenant_cases, unknown_documents
+from service.evaluation.retriever import tenant_cases, unknown_documents
+from service.evaluation.runs import EvalService
 
 router = APIRouter(prefix="/eval", tags=["eval"], responses=AUTH_RESPONSES)
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from service.access import Principal
+from service.access.principals import Principal
 from service.api.auth import AUTH_RESPONSES, metrics_caller
 from service.api.deps import RuntimeDep
 from service.api.schemas import Health

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from service.access import ROLES, Principal
+from service.access.principals import ROLES, Principal
 from service.api.auth import AUTH_RESPONSES, get_principal
 from service.api.deps import SettingsDep
 from service.api.schemas import IdentityOut

@@ -9,14 +9,14 @@ from starlette.concurrency import run_in_threadpool
 
 from eval.cases import Label
 from eval.incidents import CASE_PREFIX
-from service.access import Principal, visible, write_tenant
+from service.access.principals import Principal, visible, write_tenant
 from service.api.auth import AUTH_RESPONSES, IncidentReader, Reporter, Reviewer, audit
 from service.api.convert import to_params
 from service.api.deps import EvalsDep, IncidentsDep, IndexDep, PipelineDep, RuntimeDep, SettingsDep
 from service.api.incident_schemas import IncidentCreated, IncidentIn, IncidentOut, IncidentPage, IncidentPatch
 from service.api.schemas import SearchOptions, UtcDatetime
 from service.errors import Forbidden, InvalidRequest, NotFound
-from service.incidents import IncidentReport, IncidentService
+from service.evaluation.incidents import IncidentReport, IncidentService
 from service.state.incidents import Incident
 from service.state.schema import iso
 

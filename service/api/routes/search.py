@@ -8,7 +8,7 @@ from dataclasses import replace
 import anyio
 from fastapi import APIRouter
 
-from service.access import confine
+from service.access.principals import confine
 from service.api.auth import AUTH_RESPONSES, Searcher
 from service.api.convert import describe, to_params
 from service.api.deps import PipelineDep, SettingsDep

@@ -1,4 +1,4 @@
-"""An app with auth on, and keys made the way `plumbline keys create` makes them (`service.access.create_key`)."""
+"""An app with auth on, and keys made the way `plumbline keys create` makes them (`service.access.keys.create_key`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from service.access import LOCAL, create_key
+from service.access.keys import create_key
+from service.access.principals import LOCAL
 from service.api.app import create_app
 from service.runtime import Components
 from service.settings import Settings

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.access import ROLES
+from service.access.principals import ROLES
 from service.settings import Settings
 from tests.service.api.access_helpers import auth, docs, make_key, secured_client
 

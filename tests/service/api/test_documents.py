@@ -8,10 +8,10 @@ from fastapi.testclient import TestClient
 
 from service.api.app import create_app
 from service.filters import Clause, Match
-from service.payload import document_point_id
 from service.runtime import Components
 from service.settings import Settings
 from service.stores.base import StorePoint
+from service.stores.payload import document_point_id
 from tests.fakes import FakeEmbedder
 
 DOC = {

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from service.api.app import create_app
-from service.evaluation import EvalService
+from service.evaluation.runs import EvalService
 from service.runtime import Components
 from service.settings import Settings
 from tests.fakes import GatedFakeEmbedder

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from eval.storage import PACKAGE_DIR, load_run, run_digest
 from service.api.schemas import DocumentIn
-from service.loaders import iter_documents
+from service.index.loaders import iter_documents
 from service.settings import Settings
 from tests.conftest import HANDBOOK
 from tests.service.api.access_helpers import auth, make_key, secured_client

@@ -7,7 +7,7 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
-from service.embedding import Embedder
+from service.retrieval.embedding import Embedder
 from service.runtime import Components
 from service.settings import Settings
 from tests.fakes import FakeEmbedder

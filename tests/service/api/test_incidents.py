@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from eval.cases import dump_jsonl, parse_jsonl
 from service.api.app import create_app
-from service.incidents_cli import accepted_cases
+from service.cli.incidents import accepted_cases
 from service.runtime import Components
 from service.settings import Settings
 from tests.fakes import FakeEmbedder

@@ -1,7 +1,7 @@
 """Hostile and clumsy input over HTTP: each test here failed on the code before the robustness fixes.
 
-The crash, lock and full-disk cases need real processes: `tests/service/test_crash_points.py`,
-`tests/service/test_datadir.py`, `tests/service/test_full_disk.py`.
+The crash, lock and full-disk cases need real processes: `tests/service/infra/test_crash_points.py`,
+`tests/service/infra/test_datadir.py`, `tests/service/test_full_disk.py`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
-from service.embedding import Matrix
+from service.retrieval.embedding import Matrix
 from service.runtime import Components
 from service.settings import Settings
 from service.stores.base import StorePoint

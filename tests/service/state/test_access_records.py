@@ -8,7 +8,8 @@ import json
 import pytest
 from sqlalchemy import select
 
-from service.access import LOCAL, Authenticator, create_key, hash_token, revoke_key, rotate_key
+from service.access.keys import Authenticator, create_key, hash_token, revoke_key, rotate_key
+from service.access.principals import LOCAL
 from service.errors import NotFound, Unauthenticated
 from service.state import open_state
 from service.state import schema as t

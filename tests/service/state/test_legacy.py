@@ -14,8 +14,9 @@ from eval.errors import EvalError
 from eval.gate import compare
 from eval.present import gate_json
 from eval.runner import Run
-from eval.storage import RunStore, SetStore, dump_run, write_atomic
+from eval.storage import RunStore, SetStore, dump_run
 from service.api.app import create_app
+from service.infra.files import write_atomic
 from service.runtime import Components
 from service.settings import Settings
 from service.state import open_state

@@ -7,16 +7,16 @@ from pathlib import Path
 import pytest
 from qdrant_client import QdrantClient
 
-from service.chunking import Chunker, ChunkerConfig
 from service.domain import Document, FusionMethod, Mode
 from service.filters import FilterSpec, parse_metadata_filters
-from service.index import Index
-from service.pipeline import SearchParams, SearchPipeline
-from service.sparse import Bm25Params
+from service.index.chunking import Chunker, ChunkerConfig
+from service.index.index import Index
+from service.retrieval.pipeline import SearchParams, SearchPipeline
+from service.retrieval.sparse import Bm25Params
+from service.retrieval.tokenizer import TokenizerConfig
 from service.stores.base import VectorStore
 from service.stores.edge import EdgeStore
 from service.stores.qdrant import QdrantStore
-from service.tokenizer import TokenizerConfig
 from tests.fakes import FakeEmbedder
 
 QUERIES = [

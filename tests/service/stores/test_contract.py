@@ -17,7 +17,7 @@ import pytest
 from qdrant_client import QdrantClient
 
 from service.filters import Clause, DateRange, HasId, Match, MatchAny, NumberRange
-from service.sparse import SparseVector
+from service.retrieval.sparse import SparseVector
 from service.stores import edge as edge_module
 from service.stores.base import DENSE, SPARSE, StorePoint, VectorQuery, VectorStore
 from service.stores.edge import EdgeStore
@@ -212,7 +212,7 @@ def test_set_payload_by_filter(store: VectorStore) -> None:
 _WRITE_THEN_DIE = """
 import json, os, signal, sys
 from pathlib import Path
-from service.sparse import SparseVector
+from service.retrieval.sparse import SparseVector
 from service.stores.base import StorePoint
 from service.stores.edge import EdgeStore
 from service.stores.mirrored import MirroredStore

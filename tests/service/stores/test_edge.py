@@ -12,10 +12,10 @@ import pytest
 import qdrant_edge as qe
 
 from service.filters import Clause, Match, MatchAny
-from service.payload import head_point_id
 from service.stores import edge, edge_layout
 from service.stores.base import DENSE, StorePoint, VectorQuery
 from service.stores.edge import EdgeStore
+from service.stores.payload import head_point_id
 
 N, DIM = 4_000, 384  # 4,000 x 1.5 KB of float32 is past the 5,000 KB threshold
 

@@ -1,0 +1,368 @@
+"""The `plumbline` command: serve, ingest, and evaluate (in-process or against a URL).
+
+    plumbline serve [--data-dir D] [--host H] [--port P] [--ingest PATH ...]
+    plumbline ingest PATH [--url U | --data-dir D]
+    plumbline eval run [--url U | --data-dir D] --set S [--k 1 5 10] [--unit doc|chunk] [--baseline B] [--json]
+                       [--monitoring]   (with --url: the service runs it; this follows its progress)
+    plumbline doctor [--data-dir D] [--repair]
+    plumbline incidents post|list|review|export [--url U] ...   (see service.cli.incidents)
+    plumbline keys create|list|rotate|revoke [--data-dir D | --secrets-file F | --url U]   (see service.cli.keys)
+    plumbline export FILE [--data-dir D] / plumbline import FILE [--data-dir D]   (see service.cli.transfer)
+
+`ingest` stops at a batch that fails (exit 3) or is refused (exit 2), with a JSON report of what is committed, what
+is not, and what may be either.
+`eval run` exits 0 when the gate passes (or no baseline was given), 1 on a regression, 2 on bad input,
+3 on an unexpected error: what a CI job needs. `doctor` exits 0 when the index is clean (or was repaired),
+1 when it found problems it left (or could not fix), 2 when the data directory cannot be used (e.g. a
+server holds it). Every command that opens a data directory takes its lock first, and a refused one
+exits 2 having touched nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from eval.errors import EvalError
+from eval.gate import GateConfig, GateResult, compare
+from eval.present import format_table, gate_json, report_json
+from eval.report import build_report
+from eval.runner import Retriever, Run, run_set
+from eval.storage import dump_run, load_baseline, load_set
+from service.errors import PlumblineError
+from service.infra import logs
+from service.infra.files import write_atomic
+
+EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_ERROR = 0, 1, 2, 3
+POLL_SECONDS = 2.0  # how often `eval run --monitoring --url` asks for the run's progress
+POLL_GIVE_UP_SECONDS = 300.0  # how long it rides out failing polls before giving up
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a missing model must fail fast, not retry the hub
+    args = _parser().parse_args(argv)
+    logs.configure("text")  # `serve` switches to the configured format (JSON by default)
+    try:
+        result: int = args.func(args)
+        return result
+    except (EvalError, PlumblineError, OSError, ValueError) as exc:  # ValueError: pydantic, decoding
+        print(f"plumbline: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception:  # never 1: CI reads 1 as a regression
+        logging.getLogger("plumbline").exception("unexpected error")
+        return EXIT_ERROR
+
+
+def _parser() -> argparse.ArgumentParser:
+    from service.cli import incidents as incidents_cli
+    from service.cli import ingest as ingest_cli
+    from service.cli import keys as keys_cli
+    from service.cli import transfer as transfer_cli
+
+    p = argparse.ArgumentParser(prog="plumbline", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = p.add_subparsers(required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the HTTP service")
+    _data_dir(serve)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--ingest", type=Path, action="append", default=[], help="index this folder at start-up")
+    serve.set_defaults(func=_serve)
+
+    ingest_cli.add_parser(sub)
+
+    ev = sub.add_parser("eval", help="evaluate retrieval on a labelled set").add_subparsers(required=True)
+    run = ev.add_parser("run", help="replay a labelled set; gate against a baseline")
+    target = run.add_mutually_exclusive_group()
+    target.add_argument("--url", help="evaluate a running Plumbline through its /search")
+    _data_dir(target)
+    run.add_argument("--set", required=True, help="set name, or a path to a .jsonl file")
+    run.add_argument("--k", type=int, nargs="+", default=[1, 5, 10])
+    run.add_argument("--unit", choices=["chunk", "doc"], default="chunk")
+    run.add_argument("--baseline", help="baseline name, or a path to a run .json file")
+    run.add_argument("--tolerance", type=float, default=GateConfig().tolerance)
+    run.add_argument("--metrics", nargs="+", default=[], help="metrics to gate (default: hit/recall/mrr/ndcg@max k)")
+    run.add_argument("--require-significance", action="store_true")
+    run.add_argument("--ingest", type=Path, action="append", default=[], help="in-process: index this first")
+    run.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="search option, e.g. mode='\"keyword\"' or alpha=0.3 (repeatable)",
+    )
+    run.add_argument(
+        "--monitoring",
+        action="store_true",
+        help="a monitoring run of the served configuration, which feeds the gauges and alerts; with --url the "
+        "service runs it (one replica at a time) while this shows its progress: a Kubernetes CronJob's command",
+    )
+    run.add_argument("--save-run", type=Path, help="also write the run record to this file")
+    run.add_argument("--json", action="store_true", help="print the report as JSON")
+    run.set_defaults(func=_eval_run)
+
+    doctor = sub.add_parser("doctor", help="check a data directory offline (the server must be stopped)")
+    _data_dir(doctor)
+    doctor.add_argument("--repair", action="store_true", help="fix what can be fixed, and say what was done")
+    doctor.set_defaults(func=_doctor)
+
+    incidents_cli.add_parser(sub)
+    keys_cli.add_parser(sub)
+    transfer_cli.add_parser(sub)
+    return p
+
+
+def _data_dir(p: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup) -> None:
+    p.add_argument("--data-dir", type=Path, help="data directory (default: $PLUMBLINE_DATA_DIR or ./data)")
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from service.settings import Settings
+
+    return Settings(data_dir=args.data_dir) if args.data_dir else Settings()
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from service.api.app import create_app
+
+    settings = _settings(args)
+    logs.configure(settings.log_format)
+    app = create_app(settings, preload=tuple(args.ingest))
+    # refused here, before any port is bound, if another process holds the data directory; a read-only one is
+    # served, its readiness saying why nothing works
+    app.state.runtime.take_lock()
+    # uvicorn logs through our handlers (log_config None), and the app writes the one line per request
+    uvicorn.run(app, host=args.host, port=args.port, log_config=None, access_log=False)
+    return EXIT_OK
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from service.errors import IndexMismatch
+    from service.index import integrity
+    from service.runtime import Runtime, build_store
+
+    runtime = Runtime(_settings(args))
+    try:
+        try:
+            runtime.warm_up(check=False, search=False)
+        except IndexMismatch as exc:  # report it with the rest, from the bare store
+            store = build_store(runtime.settings)
+            try:
+                found = after = integrity.check(store, manifest=str(exc))
+            finally:
+                store.close()
+            done: list[str] = []
+        else:
+            found, done, after = runtime.index.check(repair=args.repair)
+            if done:
+                _audit(runtime, "index.repair", str(runtime.settings.data_dir), {"done": done})
+    finally:
+        runtime.close()
+    print("\n".join(found.lines()))
+    for action in done:
+        print(f"repaired: {action}")
+    print("clean" if after.clean else "problems left" + ("" if args.repair else ": run with --repair to fix them"))
+    return EXIT_OK if after.clean else EXIT_REGRESSION
+
+
+def _audit(runtime: Any, action: str, target: str, detail: dict[str, Any]) -> None:
+    """A write made here, in the state store's audit log, as made by "local CLI (user@host)"."""
+    from service.access.principals import local_cli
+
+    runtime.record(local_cli().actor, action, target, detail)
+
+
+def _overrides(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise EvalError(f"--override {pair!r}: use KEY=JSON, e.g. alpha=0.3 or mode='\"keyword\"'")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value  # a bare word such as mode=keyword
+    return out
+
+
+def _eval_run(args: argparse.Namespace) -> int:
+    overrides = _overrides(args.override)
+    config = GateConfig(
+        metrics=tuple(args.metrics), tolerance=args.tolerance, require_significance=args.require_significance
+    )
+    config.check_names(args.k)
+    if args.monitoring and (overrides or _is_file(args.set) or (args.baseline and _is_file(args.baseline))):
+        raise EvalError("--monitoring replays a stored set over the served configuration: no --override, no files")
+    if args.monitoring and args.url:
+        return _monitor_remote(args, config)
+    if args.url:
+        from service.cli.remote import HttpRetriever
+
+        set_name, cases = load_set(args.set)
+        baseline = load_baseline(args.baseline) if args.baseline else None
+        retriever: Retriever = HttpRetriever(args.url, overrides)
+        run = run_set(cases, retriever, set_name=set_name, ks=args.k, unit=args.unit, params=overrides)
+        gate = compare(run, baseline, config) if baseline else None
+        if gate is not None:
+            run = replace(run, gate=gate_json(gate))
+    else:
+        run, gate, warnings = _eval_in_process(args, overrides, config)
+        for warning in warnings:
+            print(f"plumbline: warning: {warning}", file=sys.stderr)
+    if args.save_run:
+        write_atomic(args.save_run, dump_run(run))
+    report = build_report(run)
+    print(json.dumps(report_json(run, report, gate), indent=1) if args.json else format_table(run, report, gate))
+    return EXIT_REGRESSION if gate is not None and not gate.passed else EXIT_OK
+
+
+def _eval_in_process(
+    args: argparse.Namespace, overrides: dict[str, Any], config: GateConfig
+) -> tuple[Run, GateResult | None, tuple[str, ...]]:
+    """The service's own orchestration (`EvalService.evaluate_cases`): replay, gate, then store with the verdict."""
+    from pydantic import ValidationError
+
+    from service.api.convert import run_spec
+    from service.api.schemas import SearchOptions
+    from service.evaluation.retriever import Evaluation
+    from service.runtime import Runtime
+
+    settings = _settings(args)
+    try:
+        options = SearchOptions.model_validate(overrides)
+    except ValidationError as exc:
+        raise EvalError(f"--override: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
+    runtime = Runtime(settings, preload=tuple(args.ingest))
+    runtime.warm_up()
+    try:
+        set_name = Path(args.set).stem if _is_file(args.set) else args.set
+        spec = run_spec(
+            options,
+            settings,
+            runtime.pipeline,
+            set_name=set_name,
+            ks=args.k,
+            unit=args.unit,
+            gate_config=config,
+            monitoring=args.monitoring,
+            baseline=args.baseline,
+        )
+        with _progress_bar("eval") as bar:
+            if _is_file(args.set) or (args.baseline and _is_file(args.baseline)):
+                cases = load_set(args.set)[1] if _is_file(args.set) else runtime.evals.cases(args.set)
+                baseline = load_baseline(args.baseline, runtime.evals.runs) if args.baseline else None
+                ev: Evaluation | None = runtime.evals.evaluate_cases(spec, cases, baseline, timeout=None, progress=bar)
+            else:
+                ev = runtime.evals.evaluate(spec, limited=False, progress=bar)
+        if ev is not None:
+            verdict = ev.run.gate["verdict"] if ev.run.gate else None
+            _audit(runtime, "eval.run", ev.run.run_id, {"set": set_name, "kind": spec.kind, "gate": verdict})
+    finally:
+        runtime.close()
+    if ev is None:  # evaluate returns None only when asked to run just if due, which this never asks
+        raise PlumblineError("the run did not start")
+    return ev.run, ev.gate, ev.warnings
+
+
+def _is_file(name: str) -> bool:
+    return Path(name).suffix in (".jsonl", ".json")
+
+
+@contextmanager
+def _progress_bar(what: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress callback (done, total): a bar on a terminal; elsewhere the service's periodic log lines do."""
+    if not sys.stderr.isatty():
+        yield lambda _done, _total: None
+        return
+    from tqdm import tqdm
+
+    with tqdm(unit="case", desc=what) as bar:
+
+        def update(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+        yield update
+
+
+def _poll(client: Any, url: str) -> dict[str, Any]:
+    """GET `url` as JSON, riding out a restarting replica or a busy moment (transport errors, 429, 5xx) for up to
+    POLL_GIVE_UP_SECONDS in a row."""
+
+    import httpx  # here: the server and the commands that do not call one need not import it
+
+    give_up = time.monotonic() + POLL_GIVE_UP_SECONDS
+    while True:
+        try:
+            response = client.get(url)
+            if response.status_code < 500 and response.status_code != 429:
+                body: dict[str, Any] = response.json()
+                return body
+            problem = f"{response.status_code}: {response.text[:200]}"
+        except httpx.TransportError as exc:
+            problem = str(exc)
+        if time.monotonic() > give_up:
+            raise PlumblineError(f"{url} kept failing for {POLL_GIVE_UP_SECONDS:g} s; last: {problem}")
+        logging.getLogger("plumbline").warning("%s: %s; asking again", url, problem)
+        time.sleep(POLL_SECONDS)
+
+
+def _monitor_remote(args: argparse.Namespace, config: GateConfig) -> int:
+    """Ask a running service for a monitoring run in the background, follow its progress, print its report."""
+    from service.cli.remote import no_delay_client
+
+    url = args.url.rstrip("/")
+    body = {
+        "set": args.set,
+        "k": args.k,
+        "unit": args.unit,
+        "baseline": args.baseline,
+        "tolerance": config.tolerance,
+        "metrics": list(config.metrics),
+        "require_significance": config.require_significance,
+        "monitoring": True,
+        "async": True,
+    }
+    with no_delay_client(timeout=60) as client, _progress_bar("eval") as bar:
+        response = client.post(f"{url}/eval/run", json=body)
+        if response.status_code != 202:
+            raise PlumblineError(f"{url} answered {response.status_code}: {response.text[:500]}")
+        run_id = response.json()["run_id"]
+        logging.getLogger("plumbline").info("monitoring run %s started on %s", run_id, url)
+        last = -1
+        while True:
+            state = _poll(client, f"{url}/eval/runs/{run_id}")
+            if state.get("status") != "running":
+                break
+            done, total = state["progress"]["done"], state["progress"]["total"]
+            bar(done, total)
+            if done != last:
+                logging.getLogger("plumbline").info("monitoring run %s: %d/%d cases", run_id, done, total)
+                last = done
+            time.sleep(POLL_SECONDS)
+    if state.get("status") != "done":
+        raise PlumblineError(f"monitoring run {run_id} ended {state.get('status')}: {state.get('error')}")
+    gate = state.get("gate")
+    if args.json:
+        print(json.dumps(state, indent=1))
+    else:
+        print(f"run {run_id}  set {state['set']}  monitoring  cases {state['cases_total']}")
+        print("  ".join(f"{name} {value:.3f}" for name, value in sorted(state["metrics"].items())))
+        if gate is not None:
+            print(f"gate: {gate['verdict']}" + "".join(f"\n  {reason}" for reason in gate["reasons"]))
+    return EXIT_REGRESSION if gate is not None and gate["verdict"] == "fail" else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

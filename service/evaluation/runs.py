@@ -1,0 +1,445 @@
+"""Eval runs as a service: a set's cases and baseline resolved, the run executed in the foreground or in the
+background (slots, the monitoring lease, progress, heartbeat, cancel), gated, stored, and its incident outcomes
+recorded."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass, replace
+from typing import Any
+
+from eval.cases import Case
+from eval.errors import EvalError, UnknownName
+from eval.gate import GateConfig, compare
+from eval.incidents import CASE_PREFIX, incident_id
+from eval.matching import Unit
+from eval.present import gate_json
+from eval.report import Report, build_report
+from eval.runner import Run, new_run_id, run_set
+from eval.storage import RunStore, SetStore, run_digest
+from service.errors import Busy, Cancelled, Conflict, NotReady, PlumblineError, StoreUnavailable, TimedOut, public
+from service.evaluation.incidents import IncidentService
+from service.evaluation.retriever import Evaluation, FilterParser, PipelineRetriever, tenant_cases, unknown_documents
+from service.infra.faults import crash_point
+from service.retrieval.pipeline import SearchParams, SearchPipeline
+from service.state.jobs import Job, JobRecords, LeaseRecords
+
+log = logging.getLogger("plumbline")
+
+
+LEASE_SECONDS = 300.0  # a monitoring run renews its set's lease before every batch; a dead replica's expires
+
+
+PROGRESS_LOG_SECONDS = 10.0  # a run logs its progress this often
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What to run besides the cases: the pipeline and its parameters, the set, and how to gate and file it.
+    `baseline` None on a monitoring run means the baseline named like the set, when there is one."""
+
+    pipeline: SearchPipeline
+    base: SearchParams
+    set_name: str
+    ks: Sequence[int]
+    unit: Unit
+    params_record: Mapping[str, Any]
+    gate_config: GateConfig
+    kind: str = "manual"  # eval.runner.KINDS
+    baseline: str | None = None
+    tenant: str | None = None  # a tenant-bound caller's: the run sees that tenant's cases and documents only
+    baseline_source: str | None = None  # where the baseline was loaded from (eval.storage.RunStore.located)
+
+
+@dataclass(frozen=True)
+class Monitored:
+    """A set's latest monitoring run as the gauges show it, and the baseline it was gated against."""
+
+    evaluation: Evaluation
+    baseline: Report | None
+
+
+class EvalService:
+    """Runs, stores and gates evaluations; runs them in the background with progress and cancel; keeps one
+    replica at a time on a set's monitoring run; and gives the gauges the latest monitoring run of each set.
+
+    At most `max_concurrent` runs at once in this process (another one is refused with `Busy` at once rather
+    than queued: a run holds a worker thread and the model for its whole length). A run a caller waits on is
+    stopped with `TimedOut` between two batches of questions once it has run `timeout` seconds; a background
+    run has no limit but can be cancelled.
+    """
+
+    def __init__(
+        self,
+        sets: SetStore,
+        runs: RunStore,
+        parse_filters: FilterParser,
+        *,
+        jobs: JobRecords | None = None,
+        leases: LeaseRecords | None = None,
+        incidents: IncidentService | None = None,
+        max_concurrent: int = 2,
+        timeout: float = 600.0,
+        reserve_space: Callable[[int], None] = lambda _: None,
+    ) -> None:
+        self.sets = sets
+        self.runs = runs
+        self.jobs = jobs
+        self.leases = leases
+        self.incidents = incidents
+        self.reserve_space = reserve_space  # raises InsufficientStorage before a write the disk cannot take
+        self.parse_filters = parse_filters
+        self.max_concurrent = max_concurrent
+        self.timeout = timeout
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"  # this process, in leases and jobs
+        self._slots = threading.BoundedSemaphore(max_concurrent)
+        self._monitored: dict[str, Monitored] = {}  # by set, for the gauges; reloaded when a newer run lands
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._stopping = threading.Event()
+        self._leased: set[str] = set()  # leases this process holds for its runs
+
+    def evaluate(
+        self,
+        spec: RunSpec,
+        *,
+        if_older_than: float | None = None,
+        limited: bool = True,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Evaluation | None:
+        """Run a stored set, gated against a stored baseline, both by name, and wait for it (HTTP, the scheduler,
+        the CLI). `if_older_than` (seconds): run only if the set's latest monitoring run is older, checked under
+        the set's lease, so that replicas sharing a schedule run it once; None if it was not due. `limited`: stop
+        past the `timeout` (a caller waiting on HTTP). `progress(done, total)` is called before each batch."""
+        if if_older_than is not None and not self.monitoring_due(spec.set_name, if_older_than):
+            return None  # the cheap check first; it is made again under the lease
+        spec, cases, reference = self._prepare(spec)
+        with self._slot(), self._monitoring_lease(spec):
+            if if_older_than is not None and not self.monitoring_due(spec.set_name, if_older_than):
+                return None
+            deadline = self.timeout if limited else None
+            return self._execute(spec, cases, reference, run_id=new_run_id(), deadline=deadline, progress=progress)
+
+    def submit(self, spec: RunSpec) -> str:
+        """Start a run in the background and return its id at once; `job(id)` shows its progress, `cancel(id)`
+        stops it. Refused at once (`Busy`) when the run limit or the set's monitoring lease is taken."""
+        if self.jobs is None:
+            raise NotReady("background runs need the state store")
+        spec, cases, reference = self._prepare(spec)
+        run_id = new_run_id()
+        held = ExitStack()  # the slot and the lease, handed to the thread, which releases them when the run ends
+        with held:
+            held.enter_context(self._slot())
+            held.enter_context(self._monitoring_lease(spec))
+            self.jobs.start(run_id, spec.set_name, spec.kind, len(cases), self.owner, spec.tenant)
+            held = held.pop_all()
+
+        def work() -> None:
+            with held:
+                try:
+                    self._execute(spec, cases, reference, run_id=run_id, deadline=None, jobs=self.jobs)
+                except Exception as exc:  # the job records it; nobody waits on this thread
+                    cancelled = isinstance(exc, Cancelled)
+                    if not cancelled:
+                        log.exception("eval run %s failed", run_id)
+                    self._finish_job(run_id, "cancelled" if cancelled else "failed", public(str(exc)))
+
+        thread = threading.Thread(target=work, name=f"plumbline-eval-{run_id}", daemon=True)
+        thread.start()
+        with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        return run_id
+
+    def job(self, run_id: str) -> Job | None:
+        return self.jobs.get(run_id) if self.jobs is not None else None
+
+    def cancel(self, run_id: str) -> None:
+        """Ask a background run to stop; it does before its next batch of questions, or before it is stored (on
+        whichever replica runs it). A run that is not running (finished, or lost with its replica) is a 409."""
+        job = self.job(run_id)
+        if job is None:
+            self.runs.get(run_id)  # UnknownName (404) for an id nothing knows
+            raise Conflict(f"run {run_id} is not a background run in progress: there is nothing to cancel")
+        if job.status != "running" or self.jobs is None or not self.jobs.cancel(run_id):
+            raise Conflict(f"run {run_id} is not running ({job.status}): there is nothing to cancel")
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait up to `timeout` seconds in all for this process's background runs to end."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop this process's background runs at their next batch (their jobs read `cancelled`), and wait."""
+        self._stopping.set()
+        self.wait(timeout)
+
+    def evaluate_cases(
+        self,
+        spec: RunSpec,
+        cases: Sequence[Case],
+        reference: Run | None,
+        *,
+        timeout: float | None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Evaluation:
+        """Run `cases` (the CLI's path, which may load them from a file), gated against `reference`, and wait.
+        `timeout` None: no time limit."""
+        spec.gate_config.check_names(spec.ks)
+        with self._slot(), self._monitoring_lease(spec):
+            return self._execute(spec, cases, reference, run_id=new_run_id(), deadline=timeout, progress=progress)
+
+    def _prepare(self, spec: RunSpec) -> tuple[RunSpec, list[Case], Run | None]:
+        """The set's cases and the baseline to gate against (a monitoring run's default: the one named like the
+        set, if any), loaded before the run so that a bad name fails fast."""
+        spec.gate_config.check_names(spec.ks)
+        cases = tenant_cases(self.cases(spec.set_name), spec.tenant)
+        if not cases:
+            raise EvalError(f"set {spec.set_name!r} has no case for tenant {spec.tenant!r}")
+        spec = replace(spec, params_record={**spec.params_record, "set_source": self.sets.source(spec.set_name)})
+        if spec.baseline is None and spec.kind == "monitoring":
+            with suppress(UnknownName):
+                reference, source = self.runs.located(spec.set_name)
+                return replace(spec, baseline=spec.set_name, baseline_source=source), cases, reference
+        if not spec.baseline:
+            return spec, cases, None
+        reference, source = self.runs.located(spec.baseline)
+        return replace(spec, baseline_source=source), cases, reference
+
+    @contextmanager
+    def _slot(self) -> Iterator[None]:
+        if not self._slots.acquire(blocking=False):
+            raise Busy(f"{self.max_concurrent} evaluation run(s) are already in progress, the limit; retry later")
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+    @contextmanager
+    def _monitoring_lease(self, spec: RunSpec) -> Iterator[None]:
+        """For a monitoring run, hold the set's lease (one replica at a time; `Busy` if another holds it)."""
+        if spec.kind != "monitoring" or self.leases is None:
+            yield
+            return
+        name = f"monitoring:{spec.set_name}"
+        with self._lock:  # the lease is this process's: a second run here must not take it over
+            taken = name in self._leased or not self.leases.acquire(name, self.owner, LEASE_SECONDS)
+            if not taken:
+                self._leased.add(name)
+        if taken:
+            raise Busy(
+                f"a monitoring run of set {spec.set_name!r} is already in progress "
+                f"({self.leases.holder(name) or 'another replica'}); it will refresh the gauges when it ends"
+            )
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._leased.discard(name)
+            try:
+                self.leases.release(name, self.owner)
+            except PlumblineError as exc:  # the store is down: the lease expires by itself
+                log.warning("could not release lease %s: %s", name, exc)
+
+    def monitoring_due(self, set_name: str, interval: float) -> bool:
+        """True if the set has no monitoring run, or its latest started over `interval` seconds ago."""
+        latest = self.runs.latest_ids("monitoring").get(set_name)
+        if latest is None:
+            return True
+        started = dt.datetime.strptime(latest.split("-")[0], "%Y%m%dT%H%M%S%f").replace(tzinfo=dt.UTC)
+        return (dt.datetime.now(dt.UTC) - started).total_seconds() >= interval
+
+    def _execute(
+        self,
+        spec: RunSpec,
+        cases: Sequence[Case],
+        reference: Run | None,
+        *,
+        run_id: str,
+        deadline: float | None,
+        progress: Callable[[int, int], None] | None = None,
+        jobs: JobRecords | None = None,
+    ) -> Evaluation:
+        """The one orchestration of an eval run: replay (reporting progress, renewing the lease, honouring a
+        deadline or a cancel), gate, store the run with its verdict, record its incident outcomes. Only runs
+        of the served configuration (not experiments) decide that an incident passed, so that it can regress."""
+        retriever = PipelineRetriever(spec.pipeline, spec.base, self.parse_filters, spec.tenant)
+        check = self._progress(spec, run_id, deadline, progress, jobs)
+        run = run_set(
+            cases,
+            retriever,
+            set_name=spec.set_name,
+            ks=spec.ks,
+            unit=spec.unit,
+            params=spec.params_record,
+            before_batch=check,
+            run_id=run_id,
+        )
+        check(len(cases), len(cases))  # once more before it is stored: a cancel, the lease, the deadline
+        run = replace(run, kind=spec.kind, tenant=spec.tenant)
+        outcomes = self._incident_outcomes(run)
+        run = replace(run, incident_outcomes={f"{CASE_PREFIX}{i}": outcome for i, outcome in outcomes.items()})
+        gate = compare(run, reference, spec.gate_config) if reference else None
+        if gate is not None and reference is not None:
+            run = replace(run, gate={**gate_json(gate), "baseline": self._baseline_identity(spec, reference)})
+        self.reserve_space(4096 * len(run.cases))
+        self.runs.save(run)
+        if jobs is not None:  # stored: its report is what GET /eval/runs/{id} shows from now on
+            self._finish_job(run_id, "done")
+        # only runs of the served configuration over every tenant decide an incident's outcome
+        if self.incidents is not None and spec.kind != "experiment" and spec.tenant is None:
+            self.incidents.records.record_outcomes(run.run_id, outcomes)
+        log.info(
+            "eval run %s (%s, set %s) finished: %d cases, gate %s",
+            run_id,
+            spec.kind,
+            spec.set_name,
+            len(run.cases),
+            run.gate["verdict"] if run.gate else "none",
+        )
+        warnings = unknown_documents(spec.pipeline.store, cases, spec.tenant)
+        if "shadowing" in str(spec.params_record.get("set_source")):
+            warnings.append(f"set {spec.set_name!r} is a stored set shadowing the packaged one of that name")
+        return Evaluation(run, build_report(run), gate, tuple(warnings))
+
+    def _baseline_identity(self, spec: RunSpec, reference: Run) -> dict[str, str | None]:
+        """What a verdict was compared with: the baseline's name, run id, content hash, and where it came from."""
+        source = spec.baseline_source or "file"  # as loaded: a promotion during the run does not relabel it
+        return {"name": spec.baseline, "run_id": reference.run_id, "sha256": run_digest(reference), "source": source}
+
+    def _progress(
+        self,
+        spec: RunSpec,
+        run_id: str,
+        deadline: float | None,
+        report: Callable[[int, int], None] | None,
+        jobs: JobRecords | None,
+    ) -> Callable[[int, int], None]:
+        """Before each batch: stop past the deadline; for a background run (its `jobs` given), record progress and
+        stop if cancelled; for a monitoring run, renew the lease; log the progress every PROGRESS_LOG_SECONDS."""
+        start = time.monotonic()
+        last_log = start
+        leases = self.leases if spec.kind == "monitoring" else None
+
+        def check(done: int, total: int) -> None:
+            nonlocal last_log
+            now = time.monotonic()
+            if deadline is not None and now - start > deadline:
+                raise TimedOut(
+                    f"the evaluation stopped after {done} of {total} cases: it ran past its limit of {deadline:g} "
+                    's (PLUMBLINE_EVAL_TIMEOUT_SECONDS); evaluate a smaller set, run it with "async": true, or use '
+                    "`plumbline eval run`"
+                )
+            if jobs is not None and jobs.progress(run_id, done):
+                raise Cancelled(f"run {run_id} was cancelled after {done} of {total} cases")
+            if self._stopping.is_set():
+                raise Cancelled(f"run {run_id} stopped after {done} of {total} cases: the service is shutting down")
+            # renew the lease; if it expired and another replica took it, that one runs the set now
+            if leases is not None and not leases.acquire(f"monitoring:{spec.set_name}", self.owner, LEASE_SECONDS):
+                raise Busy(f"run {run_id} lost the lease of set {spec.set_name!r} after {done} of {total} cases")
+            if report is not None:
+                report(done, total)
+            if now - last_log >= PROGRESS_LOG_SECONDS:
+                last_log = now
+                rate = done / (now - start)
+                log.info("eval run %s: %d/%d cases (%.1f cases/s)", run_id, done, total, rate)
+
+        return check
+
+    def _finish_job(self, run_id: str, status: str, error: str | None = None) -> None:
+        """Record how a background run ended (a no-op for a run without a job); a job already done stays done."""
+        if self.jobs is None:
+            return
+        try:
+            self.jobs.finish(run_id, status, error)
+        except Exception:  # the store is down: the job reads as lost once its heartbeat is old
+            log.exception("could not record the end of eval run %s", run_id)
+
+    def cases(self, set_name: str) -> list[Case]:
+        """A set as a run sees it: its stored or packaged cases, then the cases of its counted incidents (an
+        incident case whose id the set already holds, e.g. after `plumbline incidents export`, is not added
+        twice). A set may consist of incidents alone."""
+        try:
+            base = self.sets.get(set_name)
+        except UnknownName:
+            base = []
+        held = {c.id for c in base}
+        extra = [c for c in (self.incidents.cases(set_name) if self.incidents else []) if c.id not in held]
+        if not base and not extra:
+            self.sets.get(set_name)  # raises UnknownName listing the known sets
+        return [*base, *extra]
+
+    def set_names(self) -> list[str]:
+        """Stored, packaged, and sets that only incidents have filled so far."""
+        names = set(self.sets.names())
+        if self.incidents is not None:
+            names.update(self.incidents.records.set_names(self.incidents.counted_statuses()))
+        return sorted(names)
+
+    def _incident_outcomes(self, run: Run) -> dict[int, str]:
+        """Each incident case's outcome in `run`: passed (a relevant result within the incident's own k, the number
+        of results its assistant used, or the run's largest k), failed, or regressed (failed, having passed in an
+        earlier run of its set)."""
+        if self.incidents is None:
+            return {}
+        ids = {i: c for c in run.cases if (i := incident_id(c.case_id)) is not None}
+        if not ids:
+            return {}
+        known = self.incidents.records.outcome_inputs(list(ids))
+        out = {}
+        for i, c in ids.items():
+            passed_before, k = known.get(i, (False, None))
+            within = min(k or max(run.ks), max(run.ks))
+            if c.first_relevant_rank is not None and c.first_relevant_rank <= within:
+                out[i] = "passed"
+            else:
+                out[i] = "regressed" if passed_before else "failed"
+        return out
+
+    def put_set(self, name: str, text: str, *, shadow: bool = False) -> list[Case]:
+        """Replace a labelled set; every case's filters must be ones /search accepts (else 422, by line). A
+        packaged set's name only with `shadow`."""
+        self.reserve_space(2 * len(text.encode()))
+        cases = self.sets.put(name, text, check=lambda case: self.parse_filters(case.filters), shadow=shadow)
+        crash_point("set:written")
+        return cases
+
+    def monitored(self) -> dict[str, Monitored]:
+        """The latest monitoring run of each set, from the state store, so that every replica shows the same.
+        A run's record is read once, when it becomes the latest; a scrape otherwise costs one small query."""
+        try:
+            latest = self.runs.latest_ids("monitoring")
+        except StoreUnavailable as exc:  # keep showing what was last read: a store blip must not clear alerts
+            log.warning("the latest monitoring runs could not be read, the gauges show the last known: %s", exc)
+            with self._lock:
+                return dict(self._monitored)
+        with self._lock:
+            for set_name, run_id in latest.items():
+                if set_name not in self._monitored or self._monitored[set_name].evaluation.run.run_id != run_id:
+                    self._monitored[set_name] = self._load_monitored(run_id)
+            for gone in set(self._monitored) - set(latest):
+                del self._monitored[gone]
+            return dict(self._monitored)
+
+    def _load_monitored(self, run_id: str) -> Monitored:
+        run = self.runs.get(run_id)
+        named = (run.gate or {}).get("baseline") or {}
+        reference = None
+        if named.get("name"):
+            with suppress(UnknownName):  # the baseline as it is now, if it is still the one the run was gated against
+                reference = self.runs.baseline(named["name"])
+            if reference is None or reference.run_id != named.get("run_id"):
+                reference = None
+                with suppress(UnknownName):  # replaced since: the run it was, if that run is stored
+                    reference = self.runs.get(named["run_id"])
+        return Monitored(Evaluation(run, build_report(run), None), build_report(reference) if reference else None)
