@@ -23,6 +23,7 @@ from eval.errors import EvalError
 from eval.metrics import lower_is_better, metric_names
 from eval.report import mean_metrics
 from eval.runner import CaseResult, Run
+from eval.verdict import CaseChange, GateResult, MetricCheck, worsening
 
 
 @dataclass(frozen=True)
@@ -54,55 +55,6 @@ class GateConfig:
         unknown = [m for m in (*self.metrics, *self.per_metric) if m not in known]
         if unknown:
             raise EvalError(f"unknown metric(s) {unknown} for k={sorted(set(ks))}; known: {', '.join(known)}")
-
-
-@dataclass(frozen=True)
-class MetricCheck:
-    metric: str
-    scope: str  # "overall" or "category:<name>"
-    baseline: float
-    current: float
-    tolerance: float
-    p_value: float | None
-    failed: bool
-
-    @property
-    def delta(self) -> float:
-        return self.current - self.baseline
-
-    @property
-    def worsening(self) -> float:
-        """How much worse the current value is (positive: worse), whichever way the metric points."""
-        return _worsening(self.metric, self.baseline, self.current)
-
-
-@dataclass(frozen=True)
-class CaseChange:
-    case_id: str
-    metric: str
-    baseline: float
-    current: float
-
-
-@dataclass(frozen=True)
-class GateResult:
-    """The verdict, its reasons, every check made, and the cases that got worse.
-
-    Example:
-        >>> compare(run, run).verdict  # doctest: +SKIP
-        'pass'
-    """
-
-    passed: bool
-    reasons: tuple[str, ...]
-    checks: tuple[MetricCheck, ...]
-    worse_cases: tuple[CaseChange, ...]
-    better_cases: int
-    warnings: tuple[str, ...]
-
-    @property
-    def verdict(self) -> str:
-        return "pass" if self.passed else "fail"
 
 
 def default_metrics(run: Run) -> tuple[str, ...]:
@@ -166,15 +118,15 @@ def compare(run: Run, baseline: Run, config: GateConfig | None = None) -> GateRe
         CaseChange(c.case_id, m, b.metrics[m], c.metrics[m])
         for c, b in pairs
         for m in metrics
-        if _worsening(m, b.metrics[m], c.metrics[m]) > 0
+        if worsening(m, b.metrics[m], c.metrics[m]) > 0
     ]
-    better = len({c.case_id for c, b in pairs for m in metrics if _worsening(m, b.metrics[m], c.metrics[m]) < 0})
+    better = len({c.case_id for c, b in pairs for m in metrics if worsening(m, b.metrics[m], c.metrics[m]) < 0})
     return GateResult(
         passed=not reasons,
         reasons=tuple(reasons) or ("no gated metric fell beyond its tolerance",),
         checks=tuple(checks),
         worse_cases=tuple(
-            sorted(worse, key=lambda w: (-_worsening(w.metric, w.baseline, w.current), w.case_id, w.metric))
+            sorted(worse, key=lambda w: (-worsening(w.metric, w.baseline, w.current), w.case_id, w.metric))
         ),
         better_cases=better,
         warnings=tuple(warnings),
@@ -185,20 +137,15 @@ def _names(run: Run) -> set[str]:
     return set(run.cases[0].metrics) if run.cases else set()
 
 
-def _worsening(metric: str, baseline: float, current: float) -> float:
-    """current - baseline for a lower-is-better metric, baseline - current otherwise: positive is worse."""
-    return current - baseline if lower_is_better(metric) else baseline - current
-
-
 def _check(
     metric: str, scope: str, pairs: Sequence[tuple[CaseResult, CaseResult]], tolerance: float, cfg: GateConfig
 ) -> MetricCheck:
     current = mean_metrics([c for c, _ in pairs])[metric]
     baseline = mean_metrics([b for _, b in pairs])[metric]
     # per-case improvements (positive: better), so that the one-sided test always asks "is it this much worse?"
-    diffs = np.array([-_worsening(metric, b.metrics[metric], c.metrics[metric]) for c, b in pairs])
+    diffs = np.array([-worsening(metric, b.metrics[metric], c.metrics[metric]) for c, b in pairs])
     p_value = paired_randomization_p(diffs, cfg.permutations, cfg.seed)
-    regressed = _worsening(metric, baseline, current) > tolerance + 1e-12
+    regressed = worsening(metric, baseline, current) > tolerance + 1e-12
     significant = p_value is not None and p_value < cfg.alpha
     failed = regressed and (significant or not cfg.require_significance)
     return MetricCheck(metric, scope, baseline, current, tolerance, p_value, failed)

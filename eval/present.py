@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from eval.gate import GateResult
 from eval.report import Group, Report
 from eval.runner import Run
+from eval.verdict import GateResult
 
 
 def _group(g: Group) -> dict[str, Any]:
@@ -30,7 +30,7 @@ def report_json(run: Run, report: Report, gate: GateResult | None, *, cases: boo
         "by_source": [_group(g) for g in report.by_source],
         "diagnosis": [asdict(f) for f in report.diagnosis],
         # the verdict stored with the run names the baseline it was compared with
-        "gate": dict(run.gate) if run.gate is not None else (gate_json(gate) if gate else None),
+        "gate": run.gate.to_json() if run.gate is not None else (gate.to_json() if gate else None),
         "incidents": incident_bucket(run),
     }
     if cases:
@@ -62,17 +62,6 @@ def incident_bucket(run: Run) -> dict[str, Any] | None:
         "passed": len(outcomes) - len(failed),
         "failed": failed,
         "regressed": list(run.regressed),
-    }
-
-
-def gate_json(gate: GateResult) -> dict[str, Any]:
-    return {
-        "verdict": gate.verdict,
-        "reasons": list(gate.reasons),
-        "warnings": list(gate.warnings),
-        "checks": [{**asdict(c), "delta": round(c.delta, 6)} for c in gate.checks],
-        "worse_cases": [asdict(w) for w in gate.worse_cases],
-        "better_cases": gate.better_cases,
     }
 
 

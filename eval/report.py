@@ -79,7 +79,7 @@ def build_report(run: Run, thresholds: Thresholds | None = None) -> Report:
     overall = Group("all", len(run.cases), mean_metrics(run.cases))
     by_category = _groups(run.cases, lambda c: c.category, primary)
     findings = list(_diagnose("overall", overall, run.cases, k, thresholds or Thresholds()))
-    if run.gate is not None and run.gate.get("verdict") == "fail" and findings[0].problem == "none":
+    if run.gate is not None and not run.gate.passed and findings[0].problem == "none":
         findings[0] = Finding(
             "overall",
             "regression against the baseline",

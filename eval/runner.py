@@ -18,6 +18,7 @@ from eval import metrics
 from eval.cases import Case, Label, fingerprint
 from eval.errors import EvalError
 from eval.matching import Retrieved, Unit, collapse_to_documents, judge
+from eval.verdict import GateResult
 
 MAX_K = 1000
 
@@ -92,7 +93,7 @@ class Run:
     ks: tuple[int, ...]
     params: Mapping[str, Any]
     cases: tuple[CaseResult, ...]
-    gate: Mapping[str, Any] | None = None  # the verdict against a baseline, when the run was gated
+    gate: GateResult | None = None  # the verdict against a baseline, when the run was gated
     kind: str = "manual"  # one of KINDS
     tenant: str | None = None  # the tenant a tenant-bound caller confined the run to; None: every tenant
     # incident cases (eval.incidents): case id -> "passed", "failed" or "regressed" (failed, having passed before)

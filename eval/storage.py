@@ -21,6 +21,7 @@ from eval.errors import AlreadyExists, EvalError, ReadOnly, UnknownName
 from eval.matching import Retrieved
 from eval.report import mean_metrics
 from eval.runner import CaseResult, Run
+from eval.verdict import GateResult
 
 log = logging.getLogger("plumbline")
 PACKAGE_DIR = Path(__file__).parent
@@ -236,7 +237,7 @@ def run_to_json(run: Run) -> dict[str, Any]:
         "unit": run.unit,
         "k": list(run.ks),
         "params": dict(run.params),
-        "gate": dict(run.gate) if run.gate is not None else None,
+        "gate": run.gate.to_json() if run.gate is not None else None,
         "kind": run.kind,
         **({"tenant": run.tenant} if run.tenant is not None else {}),
         "incident_outcomes": dict(run.incident_outcomes),
@@ -276,7 +277,7 @@ def run_from_json(obj: dict[str, Any]) -> Run:
             unit=obj["unit"],
             ks=tuple(obj["k"]),
             params=obj.get("params", {}),
-            gate=obj.get("gate"),
+            gate=GateResult.from_json(obj["gate"]) if obj.get("gate") is not None else None,
             kind=obj.get("kind", "manual"),
             tenant=obj.get("tenant"),
             incident_outcomes=obj.get("incident_outcomes", {}),
@@ -306,7 +307,7 @@ def dump_summary(run: Run) -> str:
         "unit": run.unit,
         "cases": len(run.cases),
         "metrics": mean_metrics(run.cases),
-        "gate": run.gate.get("verdict") if run.gate else None,
+        "gate": run.gate.verdict if run.gate else None,
         "kind": run.kind,
         "params": dict(run.params),
     }

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from eval.cases import Case
 from eval.gate import GateConfig, compare
 from eval.matching import Retrieved
-from eval.present import format_table, gate_json, report_json
+from eval.present import format_table, report_json
 from eval.report import build_report
 from eval.runner import Run
 
@@ -76,7 +76,7 @@ def test_report_json_without_cases_or_gate() -> None:
 
 def test_gate_json() -> None:
     base, run = runs()
-    out = gate_json(compare(run, base, GateConfig(min_category_cases=1)))
+    out = compare(run, base, GateConfig(min_category_cases=1)).to_json()
     check = next(c for c in out["checks"] if c["metric"] == "hit@10" and c["scope"] == "overall")
     assert check["delta"] == round(-1 / 3, 6)
     assert check["failed"] is True

@@ -9,6 +9,7 @@ import pytest
 from eval.cases import Case, Label
 from eval.report import Thresholds, build_report, mean_metrics
 from eval.runner import Run
+from eval.verdict import GateResult
 
 from .helpers import case, doc_case, docs, filler, res, run_with
 
@@ -103,12 +104,16 @@ def test_healthy() -> None:
     assert "generation" in finding.advice
 
 
+def verdict(*, passed: bool) -> GateResult:
+    return GateResult(passed, (), (), (), 0, ())
+
+
 def test_a_failed_gate_is_never_called_healthy() -> None:
-    run = dataclasses.replace(hit_or_miss({"a": True, "b": True}, x=["a", "b"]), gate={"verdict": "fail"})
+    run = dataclasses.replace(hit_or_miss({"a": True, "b": True}, x=["a", "b"]), gate=verdict(passed=False))
     (finding,) = build_report(run).diagnosis
     assert (finding.scope, finding.problem) == ("overall", "regression against the baseline")
     assert "healthy" not in finding.advice
-    passed = dataclasses.replace(run, gate={"verdict": "pass"})
+    passed = dataclasses.replace(run, gate=verdict(passed=True))
     assert build_report(passed).diagnosis[0].problem == "none"
 
 

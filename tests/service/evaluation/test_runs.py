@@ -114,7 +114,8 @@ def test_only_monitoring_runs_move_the_gauges(pipeline: SearchPipeline, tmp_path
     # the packaged baseline named like the set gates a monitoring run, and its numbers are exported beside
     assert ev.run.gate is not None
     packaged = load_baseline("handbook")
-    assert ev.run.gate["baseline"] == {
+    assert ev.run.gate.baseline is not None
+    assert ev.run.gate.baseline.to_json() == {
         "name": "handbook",
         "run_id": packaged.run_id,
         "sha256": run_digest(packaged),

@@ -12,7 +12,6 @@ from fastapi.testclient import TestClient
 from eval.cases import dump_jsonl, parse_jsonl
 from eval.errors import EvalError
 from eval.gate import compare
-from eval.present import gate_json
 from eval.runner import Run
 from eval.storage import RunStore, SetStore, dump_run
 from service.api.app import create_app
@@ -29,7 +28,7 @@ SET = '{"id": "a", "question": "refund window", "relevant": [{"doc_id": "billing
 
 def old_run(run_id: str) -> Run:
     run = run_with([doc_case("a", "billing/refunds", category="billing")], {"a": docs("billing/refunds")})
-    return dataclasses.replace(run, run_id=run_id, set_name="mine", gate=gate_json(compare(run, run)))
+    return dataclasses.replace(run, run_id=run_id, set_name="mine", gate=compare(run, run))
 
 
 def write_file_layout(data: Path) -> list[Run]:
