@@ -210,8 +210,8 @@ class Settings(BaseSettings):
     # state store and incidents
     state_url: str | None = Field(
         None,
-        description="where incidents, writable sets, runs and baselines live: a SQLAlchemy URL such as "
-        "postgresql://user:pass@host/db (replicas share it); default SQLite at DATA_DIR/state.db",
+        description="where incidents, writable sets, runs, baselines, API keys and the audit log live: a SQLAlchemy "
+        "URL such as postgresql://user:pass@host/db (replicas share it); default SQLite at DATA_DIR/state.db",
     )
     incident_set: str = Field("incidents", description="the labelled set a report names no set joins")
     incidents_count_new: bool = Field(
@@ -231,8 +231,9 @@ class Settings(BaseSettings):
     # access
     auth: Literal["on", "off"] = Field(
         "on",
-        description="on: every endpoint but /health/* needs an API key with the right role; off: anyone may do "
-        "anything (the local demo only: every response then carries X-Plumbline-Auth: off)",
+        description="on: every endpoint but the open ones (/health/*, /metrics unless metrics_auth, the web page and "
+        "the API docs) needs an API key with the right role; off: anyone may do anything (the local demo only: every "
+        "response then carries X-Plumbline-Auth: off)",
     )
     api_keys_file: Path | None = Field(
         None, description="a JSON list of hashed keys (plumbline keys create --secrets-file), besides the state store"
