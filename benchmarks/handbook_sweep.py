@@ -8,6 +8,7 @@ the chunk-size rows comparable: they are judged on whichever chunks the size pro
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -20,18 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from eval.report import mean_metrics
 from eval.runner import run_set
 from eval.storage import load_set
-from service.api.convert import parse_filters
 from service.domain import FusionMethod, Mode
 from service.evaluation.retriever import PipelineRetriever
-from service.index.chunking import Chunker, ChunkerConfig
-from service.index.index import Index
+from service.filters import parse_filters
 from service.index.loaders import iter_documents
-from service.retrieval.embedding import SentenceTransformerEmbedder
-from service.retrieval.pipeline import SearchParams, SearchPipeline
-from service.retrieval.sparse import Bm25Params
-from service.retrieval.tokenizer import TokenizerConfig
-from service.settings import PACKAGED_MODEL
-from service.stores.edge import EdgeStore
+from service.retrieval.pipeline import SearchParams
+from service.runtime import Components, Runtime, build_embedder
+from service.settings import Settings
 
 HANDBOOK = Path(__file__).resolve().parents[1] / "demo" / "handbook"
 CONFIGS = [
@@ -46,7 +42,12 @@ CONFIGS = [
 
 
 def main() -> None:
-    embedder = SentenceTransformerEmbedder(PACKAGED_MODEL)
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    # the model on torch, as these numbers were first taken; loaded once and given to each size's runtime
+    settings = Settings(
+        data_dir=Path(tempfile.gettempdir()), encoder_runtime="torch", device="cpu", index_copies=1, auth="off"
+    )
+    embedder = build_embedder(settings)
     name, cases = load_set("handbook")
     docs = list(iter_documents(HANDBOOK))
     print(f"\n### Handbook set ({len(cases)} cases), unit=chunk, k=10\n")
@@ -54,10 +55,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for size in (500, 1000, 1500):
         with tempfile.TemporaryDirectory() as tmp:
-            store = EdgeStore(Path(tmp) / "index")
-            index = Index(store, embedder, Chunker(ChunkerConfig(size, size // 10)), TokenizerConfig(), Bm25Params())
+            sized = settings.model_copy(update={"data_dir": Path(tmp), "chunk_size": size, "chunk_overlap": size // 10})
+            runtime = Runtime(sized, Components(embedder=lambda _: embedder))
+            runtime.warm_up()
+            index, pipeline = runtime.index, runtime.pipeline
             index.ingest(docs)
-            pipeline = SearchPipeline(store, embedder, index.encoder, None)
             for label, params in CONFIGS if size == 1000 else CONFIGS[-2:-1]:
                 run = run_set(
                     cases,
@@ -70,7 +72,7 @@ def main() -> None:
                     f"| {size} ({index.chunks()} chunks) | {label} | {m['hit@1']:.3f} | {m['hit@5']:.3f} | "
                     f"{m['recall@10']:.3f} | {m['mrr@10']:.3f} | {m['ndcg@10']:.3f} |"
                 )
-            store.close()
+            runtime.close()
 
 
 if __name__ == "__main__":

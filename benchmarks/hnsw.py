@@ -64,12 +64,14 @@ def synthetic(n: int, queries: int, rng: np.random.Generator) -> tuple[np.ndarra
 def scifact(cache: Path) -> tuple[np.ndarray, np.ndarray]:
     """SciFact's chunks and test questions, embedded by the packaged model as the service embeds them."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from benchmarks.speed import SCIFACT, scifact_chunks
+    from benchmarks.datasets import SCIFACT, require
+    from benchmarks.speed import scifact_chunks
     from eval.trec import read_qrels, read_queries
-    from service.retrieval.onnx_models import OnnxEmbedder
-    from service.settings import PACKAGED_MODEL
+    from service.runtime import build_embedder
+    from service.settings import Settings
 
-    embedder = OnnxEmbedder(PACKAGED_MODEL, cache=cache)
+    require(SCIFACT)
+    embedder = build_embedder(Settings(data_dir=cache, device="cpu", model_cache=cache, ingest_nice=0))
     test = read_qrels(SCIFACT / "qrels" / "test.tsv")
     questions = [q for i, q in read_queries(SCIFACT / "queries.jsonl").items() if i in test]
     texts = [c.embed_text for _, c in scifact_chunks(400)]

@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.speed import MODES, ROOT, SCIFACT, latency, serve
+from benchmarks.datasets import SCIFACT, require
+from benchmarks.speed import MODES, ROOT, latency, serve
 from eval.trec import read_queries
 from service.cli.remote import no_delay_client
 
@@ -50,6 +51,7 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=6, help="runs per stack, alternating (default 6)")
     p.add_argument("--queries", type=int, default=100)
     args = p.parse_args()
+    require(SCIFACT)
     tmp = Path(tempfile.mkdtemp(prefix="plumbline-http-"))
     blocked = tmp / "without"
     blocked.mkdir()

@@ -25,26 +25,24 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.datasets import CMRC, SCIFACT, require
 from eval.cases import Case, Label
 from eval.matching import Unit
 from eval.report import mean_metrics
 from eval.runner import run_set
 from eval.trec import cases_from_qrels, read_qrels, read_queries
-from service.api.convert import parse_filters
 from service.domain import FusionMethod, Mode
 from service.evaluation.retriever import PipelineRetriever
-from service.filters import of_kind
+from service.filters import of_kind, parse_filters
 from service.index.chunking import Chunker, ChunkerConfig
-from service.index.index import Index
 from service.index.loaders import iter_documents
 from service.retrieval.embedding import Embedder
 from service.retrieval.pipeline import SearchParams, SearchPipeline
 from service.retrieval.sparse import Bm25Encoder, Bm25Params
-from service.retrieval.tokenizer import Tokenizer, TokenizerConfig
-from service.runtime import build_embedder
+from service.retrieval.tokenizer import Tokenizer
+from service.runtime import Components, Runtime, build_embedder, build_store, tokenizer_config
 from service.settings import Settings
 from service.stores.base import StorePoint
-from service.stores.edge import EdgeStore
 from service.stores.payload import (
     chunk_payload,
     chunk_point_id,
@@ -54,14 +52,16 @@ from service.stores.payload import (
     head_point_id,
 )
 
-DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 RRF_GRID = (10, 20, 30, 60, 100)
 ALPHA_GRID = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 
 
-def build(name: str, corpus: Path, chunking: ChunkerConfig, embedder: Embedder, work: Path) -> SearchPipeline:
-    store = EdgeStore(work / name / "index")
-    index = Index(store, embedder, Chunker(chunking), TokenizerConfig(), Bm25Params())
+def build(name: str, corpus: Path, chunking: ChunkerConfig, settings: Settings, embedder: Embedder) -> SearchPipeline:
+    """The service over `corpus`, wired as the server wires it, in its own data directory under the work directory."""
+    own = {"data_dir": settings.data_dir / name, "chunk_size": chunking.size, "chunk_overlap": chunking.overlap}
+    runtime = Runtime(settings.model_copy(update=own), Components(embedder=lambda _: embedder))
+    runtime.warm_up()
+    index = runtime.index
     docs = list(iter_documents(corpus))
     start, chunks = time.perf_counter(), 0
     for i in range(0, len(docs), 256):
@@ -71,7 +71,7 @@ def build(name: str, corpus: Path, chunking: ChunkerConfig, embedder: Embedder, 
         f"({chunks} embedded now, {time.perf_counter() - start:.0f} s)",
         file=sys.stderr,
     )
-    return SearchPipeline(store, embedder, index.encoder, None)
+    return runtime.pipeline
 
 
 def score(
@@ -94,8 +94,8 @@ def best(
     return max(grid, key=lambda v: results[v]), results  # ties: the first in the grid
 
 
-def scifact(embedder: Embedder, work: Path, sizes: Sequence[int]) -> None:
-    root = DATASETS / "scifact"
+def scifact(settings: Settings, embedder: Embedder, sizes: Sequence[int]) -> None:
+    root = SCIFACT
     queries = read_queries(root / "queries.jsonl")
     train = cases_from_qrels(read_qrels(root / "qrels" / "train.tsv"), queries)
     test = cases_from_qrels(read_qrels(root / "qrels" / "test.tsv"), queries)
@@ -105,7 +105,7 @@ def scifact(embedder: Embedder, work: Path, sizes: Sequence[int]) -> None:
     print("|---|---|---|---|---|")
     by_size = {}
     for size in sizes:
-        pipeline = build(f"scifact-{size}", root / "corpus.jsonl", ChunkerConfig(size, size // 10), embedder, work)
+        pipeline = build(f"scifact-{size}", root / "corpus.jsonl", ChunkerConfig(size, size // 10), settings, embedder)
         m = {mode: score(pipeline, train, SearchParams(mode=mode), (10,), "doc")["ndcg@10"] for mode in Mode}
         chunks = pipeline.store.count(of_kind("chunk"))
         print(f"| {size} | {chunks} | {m[Mode.KEYWORD]:.4f} | {m[Mode.DENSE]:.4f} | {m[Mode.HYBRID]:.4f} |")
@@ -142,9 +142,9 @@ def scifact(embedder: Embedder, work: Path, sizes: Sequence[int]) -> None:
         print(f"| {label} | {t['ndcg@10']:.4f} | {t['recall@100']:.4f} | {tr['ndcg@10']:.4f} | {published} |")
 
 
-def cmrc(embedder: Embedder, work: Path) -> None:
-    root = DATASETS / "cmrc2018-zh"
-    pipeline = build("cmrc", root / "corpus.jsonl", ChunkerConfig(200, 40), embedder, work)
+def cmrc(settings: Settings, embedder: Embedder) -> None:
+    root = CMRC
+    pipeline = build("cmrc", root / "corpus.jsonl", ChunkerConfig(200, 40), settings, embedder)
     corpus = {json.loads(line)["_id"]: json.loads(line)["text"] for line in (root / "corpus.jsonl").open()}
     qrels = read_qrels(root / "qrels" / "test.tsv")
     cases = []
@@ -166,9 +166,9 @@ def cmrc(embedder: Embedder, work: Path) -> None:
         print(f"| {label} | {m['hit@5']:.4f} | {m['recall@10']:.4f} | {m['mrr@10']:.4f} | {m['ndcg@10']:.4f} |")
 
 
-def tokenizer_study(embedder: Embedder, work: Path) -> None:
+def tokenizer_study(settings: Settings, embedder: Embedder) -> None:
     """Keyword-only SciFact train nDCG@10 for each analyzer (no embedding needed: keyword mode never embeds)."""
-    root = DATASETS / "scifact"
+    root = SCIFACT
     docs = list(iter_documents(root / "corpus.jsonl"))
     train = cases_from_qrels(read_qrels(root / "qrels" / "train.tsv"), read_queries(root / "queries.jsonl"))
     chunker = Chunker(ChunkerConfig(1000, 100))
@@ -179,10 +179,12 @@ def tokenizer_study(embedder: Embedder, work: Path) -> None:
     for n, (stemmer, stopwords) in enumerate(
         [("english", "lucene"), ("porter", "lucene"), ("english", "none"), (None, "lucene"), (None, "none")]
     ):
-        tokenizer = Tokenizer(TokenizerConfig(stemmer=stemmer, stopwords=stopwords))
+        analysis = settings.model_copy(update={"stemmer": stemmer, "stopwords": stopwords})
+        tokenizer = Tokenizer(tokenizer_config(analysis))
         avg = sum(len(tokenizer.tokens(c.embed_text)) for _, c in chunks) / len(chunks)
-        encoder = Bm25Encoder(tokenizer, Bm25Params(avg_len=avg))
-        store = EdgeStore(work / "tokenizers" / str(n))
+        encoder = Bm25Encoder(tokenizer, Bm25Params(k1=settings.bm25_k1, b=settings.bm25_b, avg_len=avg))
+        # the analyser under study writes its BM25 points straight into a store: no index, no model run
+        store = build_store(settings.model_copy(update={"data_dir": settings.data_dir / "tokenizers" / str(n)}))
         store.ensure_schema(embedder.dimension)
         if store.count(of_kind("chunk")) == 0:
             points = [
@@ -213,14 +215,17 @@ def main() -> None:
     p.add_argument("--work-dir", type=Path, default=Path("data/bench-quality"))
     p.add_argument("--encoder-runtime", choices=["onnx", "torch"], default="onnx", help="as PLUMBLINE_ENCODER_RUNTIME")
     args = p.parse_args()
-    # the model as the service runs it by default (ONNX Runtime on CPU), or on torch to compare
-    embedder = build_embedder(Settings(data_dir=args.work_dir, encoder_runtime=args.encoder_runtime))
+    require(*([CMRC] if args.only == "cmrc" else [SCIFACT] if args.only else [SCIFACT, CMRC]))
+    # the model as the service runs it by default (ONNX Runtime on CPU), or on torch to compare; one copy of the
+    # index per collection, in this process
+    settings = Settings(data_dir=args.work_dir, encoder_runtime=args.encoder_runtime, index_copies=1)
+    embedder = build_embedder(settings)  # loaded once, given to each collection's runtime
     if args.only in (None, "scifact"):
-        scifact(embedder, args.work_dir, args.chunk_sizes)
+        scifact(settings, embedder, args.chunk_sizes)
     if args.only in (None, "cmrc"):
-        cmrc(embedder, args.work_dir)
+        cmrc(settings, embedder)
     if args.only in (None, "tokenizers"):
-        tokenizer_study(embedder, args.work_dir)
+        tokenizer_study(settings, embedder)
 
 
 if __name__ == "__main__":

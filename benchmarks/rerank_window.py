@@ -33,17 +33,18 @@ import pytrec_eval
 from rank_bm25 import BM25Okapi
 from tokenizers import Tokenizer as ModelTokenizer
 
+from benchmarks.datasets import SCIFACT, require
 from eval.trec import read_qrels, read_queries
 from service.domain import Chunk
 from service.index.chunking import Chunker, ChunkerConfig
 from service.index.loaders import iter_documents
-from service.retrieval.embedding import resolve_model_path
+from service.retrieval.embedding import Embedder, resolve_model_path
 from service.retrieval.onnx_models import OnnxEmbedder
 from service.retrieval.rerank import PassageWindow
-from service.retrieval.tokenizer import Tokenizer, TokenizerConfig
+from service.retrieval.tokenizer import Tokenizer
+from service.runtime import build_embedder, tokenizer_config
 from service.settings import PACKAGED_MODEL, Settings
 
-SCIFACT = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "scifact"
 DEPTH = 20
 
 
@@ -68,15 +69,16 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=300)
     p.add_argument("--tokens", type=int, nargs="+", default=[64, 96, 128])
     args = p.parse_args()
-    settings = Settings(data_dir=Path(tempfile.mkdtemp()))
+    require(SCIFACT)
+    settings = Settings(data_dir=Path(tempfile.mkdtemp()), device="cpu", ingest_nice=0)
     chunker = Chunker(ChunkerConfig(settings.chunk_size, settings.chunk_overlap))
     chunks: list[Chunk] = [c for d in iter_documents(SCIFACT / "corpus.jsonl") for c in chunker.chunk(d)]
-    analyser = Tokenizer(TokenizerConfig())
+    analyser = Tokenizer(tokenizer_config(settings))
     bm25 = BM25Okapi([analyser.tokens(c.embed_text) for c in chunks])
     qrels = read_qrels(SCIFACT / "qrels" / "test.tsv")
     queries = {q: t for q, t in read_queries(SCIFACT / "queries.jsonl").items() if q in qrels}
     queries = dict(list(queries.items())[: args.queries])
-    embedder = OnnxEmbedder(PACKAGED_MODEL, cache=settings.data_dir / "models")
+    embedder = build_embedder(settings)
     # MiniLM's tokenizer: the same WordPiece vocabulary as the MiniLM cross-encoders
     model = ModelTokenizer.from_file(f"{resolve_model_path(PACKAGED_MODEL)}/tokenizer.json")
 
@@ -99,7 +101,7 @@ def main() -> None:
         return run
 
     def reordered(
-        cut: Callable[[str, Sequence[str]], list[str]], model: OnnxEmbedder = embedder
+        cut: Callable[[str, Sequence[str]], list[str]], model: Embedder = embedder
     ) -> Callable[[str, list[Chunk]], list[float]]:
         def order(query: str, found: list[Chunk]) -> list[float]:
             texts = cut(query, [c.embed_text for c in found])
@@ -119,7 +121,8 @@ def main() -> None:
         return [float(DEPTH - i) for i in range(len(found))]
 
     rows = {"BM25 (no reorder)": bm25_order} | {name: reordered(cut) for name, cut in cuts.items()}
-    # int8 weights (PLUMBLINE_RERANK_INT8), applied the same way to this MiniLM: what quantising does to its ranking
+    # int8 weights (PLUMBLINE_RERANK_INT8), applied the same way to this MiniLM: what quantising does to its ranking;
+    # by hand, since the service quantises only a cross-encoder
     small = OnnxEmbedder(PACKAGED_MODEL, cache=settings.data_dir / "models", int8=True)
     widest = max(args.tokens)
     rows[f"window {widest} tokens, int8 weights"] = reordered(cuts[f"window {widest} tokens"], small)

@@ -11,6 +11,7 @@ the same over HTTP.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import shutil
 import statistics
@@ -24,17 +25,17 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.speed import SCIFACT, paced, scifact_chunks
+from benchmarks.datasets import SCIFACT, require
+from benchmarks.speed import paced, scifact_chunks
 from eval.trec import read_queries
 from service.domain import Document
 from service.index.chunking import Chunker, ChunkerConfig
 from service.index.index import Index
 from service.index.loaders import iter_documents
-from service.retrieval.onnx_models import OnnxEmbedder
 from service.retrieval.pipeline import SearchParams, SearchPipeline
 from service.retrieval.sparse import Bm25Params
-from service.retrieval.tokenizer import TokenizerConfig
-from service.settings import PACKAGED_MODEL, Settings
+from service.runtime import Components, Runtime, build_embedder, tokenizer_config
+from service.settings import Settings
 from service.stores.base import VectorStore
 from service.stores.edge import EdgeStore
 from service.stores.mirrored import MirroredStore
@@ -75,17 +76,23 @@ def searches_during_ingest(
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    require(SCIFACT)
     tmp = Path(tempfile.mkdtemp(prefix="plumbline-copies-"))
-    nice = Settings.model_fields["ingest_nice"].default
-    embedder = OnnxEmbedder(PACKAGED_MODEL, cache=tmp / "models", document_nice=nice)
-    base = EdgeStore(tmp / "base")  # 10k chunks of real text and embeddings, as speed.py's first index
-    index = Index(base, embedder, Chunker(ChunkerConfig(400, 40)), TokenizerConfig(), Bm25Params())
+    settings = Settings(data_dir=tmp, device="cpu")
+    embedder = build_embedder(settings)
+    # 10k chunks of real text and embeddings, as speed.py's first index, written in one copy
+    base = settings.model_copy(
+        update={"data_dir": tmp / "base", "chunk_size": 400, "chunk_overlap": 40, "index_copies": 1, "auth": "off"}
+    )
+    runtime = Runtime(base.model_copy(update={"embedding_cache": False}), Components(embedder=lambda _: embedder))
+    runtime.warm_up()
     chunks = scifact_chunks(400)[:10_000]
     by_id = {d.id: d for d, _ in chunks}
     subset = sorted(by_id)
     for i in range(0, len(subset), 256):
-        index.ingest([by_id[x] for x in subset[i : i + 256]])
-    base.close()
+        runtime.index.ingest([by_id[x] for x in subset[i : i + 256]])
+    runtime.close()
     docs = list(iter_documents(SCIFACT / "corpus.jsonl"))[1000:]
     gc.collect()
     gc.freeze()  # as the service does after its warm-up: a full collection over the models' objects stops every thread
@@ -93,9 +100,11 @@ def main() -> None:
     print("\n| store | search p50 ms | search p99 ms | max ms | documents written in 40 s |\n|---|---|---|---|---|")
     for run in range(2):
         for mode in ("one copy in the serving process (EdgeStore)", "two copies in engine processes (MirroredStore)"):
-            shutil.copytree(tmp / "base", tmp / "index")  # MirroredStore makes its second copy from it
+            shutil.copytree(tmp / "base" / "index", tmp / "index")  # MirroredStore makes its second copy from it
+            # by hand: the store type is what this compares, each under the same index and embedder
             store: VectorStore = EdgeStore(tmp / "index") if "one copy" in mode else MirroredStore(tmp / "index")
-            writer = Index(store, embedder, Chunker(ChunkerConfig(1000, 100)), TokenizerConfig(), Bm25Params())
+            chunker = Chunker(ChunkerConfig(settings.chunk_size, settings.chunk_overlap))
+            writer = Index(store, embedder, chunker, tokenizer_config(settings), Bm25Params())
             batch = [replace(d, id=f"load{run}-{d.id}") for d in docs]
             p50, p99, worst, written = searches_during_ingest(store, writer, batch, queries, 40)
             store.close()

@@ -1,11 +1,11 @@
 """The models on ONNX Runtime: the embedding model and the cross-encoder, exported once from their own weights.
 
-A search embeds its query with MiniLM: sentence-transformers on torch took 17 ms a query on two cores, the same
-graph on ONNX Runtime 5 ms, with vectors equal to within 2e-7 (`benchmarks/speed.py` measures both). The graph is
-exported from the configured model with `torch.onnx` on first use, checked against torch on probe texts, and kept
-in the model cache (`<data_dir>/models` by default) under a key of the model's files, so a later start loads it in
-well under a second. Mean pooling and normalisation are inside the embedding graph; the cross-encoder's graph
-returns its logits, and the reranker applies the activation sentence-transformers would.
+A search embeds its query with MiniLM, about three times faster on ONNX Runtime than on torch with vectors equal
+to within 1e-4 (`benchmarks/speed.py` measures both). The graph is exported from the configured model with
+`torch.onnx` on first use, checked against torch on probe texts, and kept in the model cache (`<data_dir>/models` by
+default) under a key of the model's files, so a later start loads it in well under a second. Mean pooling and
+normalisation are inside the embedding graph; the cross-encoder's graph returns its logits, and `OnnxCrossEncoder`
+applies the activation sentence-transformers would.
 
 `PLUMBLINE_DEVICE=cuda` (or `auto` on a machine with a GPU) keeps torch, on the GPU: the ONNX Runtime wheel here
 is the CPU build.
@@ -28,16 +28,13 @@ import numpy as np
 
 from service.errors import PlumblineError
 from service.retrieval.embedding import Matrix, PrefixedEmbedder, resolve_model_path
-from service.retrieval.rerank import PassageWindow
-from service.retrieval.tokenizer import Tokenizer
 
 log = logging.getLogger("plumbline")
 T = TypeVar("T")
 _EXPORT_VERSION = 2  # part of the cache key: bump when the exported graph changes
 _PROBES = ("refund window for annual plans", "Wie setze ich mein Passwort zurück?", "0-dimensional biomaterials " * 40)
 _TOLERANCE = 1e-4  # largest difference from torch accepted on the probes
-# pairs per cross-encoder run: 20 SciFact chunks of mixed length (cut at 128 tokens) took 189 ms in batches of 4 by
-# length against 217 in one batch padded to the longest and 216 one at a time (same run, two cores)
+# pairs per cross-encoder run: small batches by length pad little, and beat one padded batch or one pair at a time
 _RERANK_BATCH = 4
 
 
@@ -205,8 +202,8 @@ def _export(model_dir: Path, kind: str, path: Path, probe: dict[str, Any], *, in
 
 
 def _fuse(model_dir: Path, graph: Path) -> None:
-    """Fuse a BERT graph's attention and layer norms into ONNX Runtime's own operators (in place): a depth-20 rerank
-    took 199 ms instead of 271 on two cores, with outputs equal to 3e-8. Other architectures are left as exported."""
+    """Fuse a BERT graph's attention and layer norms into ONNX Runtime's own operators (in place): a rerank runs
+    faster, its outputs equal to within the export's tolerance. Other architectures are left as exported."""
     config = json.loads((model_dir / "config.json").read_text())
     if config.get("model_type") != "bert":
         return
@@ -225,10 +222,8 @@ class OnnxEmbedder(PrefixedEmbedder):
     `max_seq_length` (256 tokens for MiniLM). `int8` quantises the weights (not equal to torch then; used by
     `benchmarks/rerank_window.py` to see what int8 does to a MiniLM's ranking). `document_nice` (0: off) embeds
     documents in a second session whose threads run at that CPU priority, so that an ingest takes the cores only
-    when searches leave them: at 10 searches/s on 10k chunks while an ingest ran, search p50 was 40.5 ms with one
-    shared session against 21.9 at nice 10 and 15.7 with no ingest (`benchmarks/speed.py`, one run; probes gave
-    48-55 / 33-37 / 29-31 ms at nice 0 / 10 / 19, and the ingest wrote as many documents at each). It costs the memory
-    of a second session (the weights again).
+    when searches leave them (`benchmarks/speed.py` measures searches during an ingest). It costs the memory of a
+    second session (the weights again).
 
     Example:
         >>> e = OnnxEmbedder(PACKAGED_MODEL, cache=Path("data/models"))  # doctest: +SKIP
@@ -298,14 +293,12 @@ class _LowPriority:
 
 
 class OnnxCrossEncoder:
-    """A `Reranker` on ONNX Runtime: a one-label cross-encoder's logit through a sigmoid, as sentence-transformers
-    scores it. With `analyser` (the keyword search's analysis) a passage too long for `max_tokens` is cut around the
-    query's terms (`PassageWindow`); a pair still too long is cut longest side first: the passage, while it is the
-    longer.
+    """A `PairScorer` on ONNX Runtime for `CrossEncoderReranker`: a one-label cross-encoder's logit through a sigmoid,
+    as sentence-transformers scores it, the pairs run longest first in small batches (`_RERANK_BATCH`).
 
     Example:
-        >>> r = OnnxCrossEncoder("cross-encoder/ms-marco-MiniLM-L-6-v2", cache=Path("data/models"))  # doctest: +SKIP
-        >>> r.score("refund window", ["Refunds are possible within 30 days."])  # doctest: +SKIP
+        >>> model = OnnxCrossEncoder("cross-encoder/ms-marco-MiniLM-L-6-v2", cache=Path("models"))  # doctest: +SKIP
+        >>> CrossEncoderReranker(model).score("refund window", ["Refunds take 30 days."])  # doctest: +SKIP
         [0.99]
     """
 
@@ -315,27 +308,17 @@ class OnnxCrossEncoder:
         *,
         cache: Path,
         max_tokens: int = 256,
-        concurrency: int = 1,
         threads: int | None = None,
         int8: bool = False,
-        analyser: Tokenizer | None = None,
     ) -> None:
-        self._name = model
+        self.name, self.max_tokens = model, max_tokens
         self._graph = _Graph(model, "cross-encoder", cache, threads, max_tokens, int8=int8)
-        self._slots = threading.BoundedSemaphore(concurrency)
-        self._window = PassageWindow(self._graph.tokenizer, analyser, max_tokens) if analyser else None
+        self.tokenizer: Any = self._graph.tokenizer
         labels = self._graph.run(self._graph.encode(["q"], ["p"])).shape[1]
         if labels != 1:
             raise PlumblineError(f"the reranker {model!r} has {labels} labels; a cross-encoder for reranking has one")
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def score(self, query: str, passages: Sequence[str]) -> list[float]:
-        if not passages:
-            return []
-        texts = self._window.fit(query, passages) if self._window else passages
-        with self._slots:
-            logits = self._graph.run_by_length([query] * len(texts), texts, _RERANK_BATCH)
-        return [float(s) for s in 1.0 / (1.0 + np.exp(-logits[:, 0]))]
+    def scores(self, query: str, passages: Sequence[str]) -> Sequence[float]:
+        logits = self._graph.run_by_length([query] * len(passages), passages, _RERANK_BATCH)
+        scores: Sequence[float] = 1.0 / (1.0 + np.exp(-logits[:, 0]))
+        return scores

@@ -1,10 +1,10 @@
-"""Cross-encoder reranking: sentence-transformers `CrossEncoder` from a configured name or path.
+"""Cross-encoder reranking: one shell (`CrossEncoderReranker`) over a cross-encoder's model on either runtime.
 
-Reranking is the costliest stage (a MiniLM-L6 cross-encoder over 30 passages of 256 tokens took about
-1 s on two cores), so depth and passage length are bounded, and a semaphore caps how many rerank calls
-run at once: the others wait for a slot instead of starving every other request of CPU.
-A passage longer than the bound is cut around the query's terms, its title and heading path kept
-(`PassageWindow`), rather than at its end.
+The shell does what both runtimes share: reranking is the costliest stage, so a semaphore caps how many rerank calls
+run at once (the others wait for a slot instead of starving every other request of CPU), and a passage longer than
+the bound is cut around the query's terms, its title and heading path kept (`PassageWindow`), rather than at its end.
+The model behind it (`PairScorer`) is sentence-transformers' `CrossEncoder` on torch (`TorchCrossEncoder`, here) or
+the same weights on ONNX Runtime (`OnnxCrossEncoder`, in `onnx_models`); `runtime.build_reranker` picks one.
 With no model configured there is no reranker at all; responses say so. It is never faked.
 """
 
@@ -103,44 +103,66 @@ class PassageWindow:
         return f"{passage[:split]}\n\n{body}" if split > 0 else body
 
 
+class PairScorer(Protocol):
+    """A cross-encoder's model on one runtime: the relevance of each (query, passage) pair, through the activation
+    sentence-transformers applies, batched as the runtime batches best; pairs longer than `max_tokens` cut longest
+    side first. `tokenizer` is its fast tokenizer (a `tokenizers.Tokenizer`), which `PassageWindow` counts with."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def max_tokens(self) -> int: ...
+
+    @property
+    def tokenizer(self) -> Any: ...
+
+    def scores(self, query: str, passages: Sequence[str]) -> Sequence[float]: ...
+
+
 class CrossEncoderReranker:
-    """A `Reranker` over a sentence-transformers cross-encoder. With `analyser` (the keyword search's analysis), a
-    passage too long for `max_tokens` is cut around the query's terms (`PassageWindow`); without, at its end.
+    """A `Reranker` over a cross-encoder's model (`scorer`), at most `concurrency` calls at once. With `analyser` (the
+    keyword search's analysis), a passage too long for the model's `max_tokens` is cut around the query's terms
+    (`PassageWindow`); without, at its end.
 
     Example:
-        >>> r = CrossEncoderReranker("cross-encoder/ms-marco-MiniLM-L-6-v2", max_tokens=256)  # doctest: +SKIP
-        >>> r.score("refund window", ["Refunds are possible within 30 days."])  # doctest: +SKIP
-        [5.1]
+        >>> model = TorchCrossEncoder("cross-encoder/ms-marco-MiniLM-L-6-v2", max_tokens=256)  # doctest: +SKIP
+        >>> CrossEncoderReranker(model).score("refund window", ["Refunds take 30 days."])  # doctest: +SKIP
+        [0.99]
     """
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        max_tokens: int = 256,
-        concurrency: int = 1,
-        device: str = "cpu",
-        analyser: Tokenizer | None = None,
-    ) -> None:
-        from sentence_transformers import CrossEncoder
-
-        self._name = model
-        self._model: Any = CrossEncoder(model, device=device, max_length=max_tokens)
+    def __init__(self, scorer: PairScorer, *, concurrency: int = 1, analyser: Tokenizer | None = None) -> None:
+        self.scorer = scorer
         self._slots = threading.BoundedSemaphore(concurrency)
-        tokenizer = self._model.tokenizer.backend_tokenizer
-        self._window = PassageWindow(tokenizer, analyser, max_tokens) if analyser else None
+        self._window = PassageWindow(scorer.tokenizer, analyser, scorer.max_tokens) if analyser else None
 
     @property
     def name(self) -> str:
-        return self._name
+        return self.scorer.name
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         if not passages:
             return []
         texts = self._window.fit(query, passages) if self._window else passages
         with self._slots:
-            scores = self._model.predict([(query, p) for p in texts], convert_to_numpy=True)
+            scores = self.scorer.scores(query, texts)
         return [float(s) for s in scores]
+
+
+class TorchCrossEncoder:
+    """A `PairScorer` on torch: sentence-transformers' `CrossEncoder` from a configured name or path, which tokenises,
+    batches and applies the activation itself."""
+
+    def __init__(self, model: str, *, max_tokens: int = 256, device: str = "cpu") -> None:
+        from sentence_transformers import CrossEncoder
+
+        self.name, self.max_tokens = model, max_tokens
+        self._model: Any = CrossEncoder(model, device=device, max_length=max_tokens)
+        self.tokenizer: Any = self._model.tokenizer.backend_tokenizer
+
+    def scores(self, query: str, passages: Sequence[str]) -> Sequence[float]:
+        scores: Sequence[float] = self._model.predict([(query, p) for p in passages], convert_to_numpy=True)
+        return scores
 
 
 def _boundary(offsets: Sequence[tuple[int, int]], at: int, step: int, *, floor: int) -> int:

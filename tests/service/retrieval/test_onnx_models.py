@@ -13,7 +13,7 @@ from service.errors import PlumblineError
 from service.retrieval import onnx_models
 from service.retrieval.embedding import Embedder, SentenceTransformerEmbedder
 from service.retrieval.onnx_models import OnnxCrossEncoder, OnnxEmbedder
-from service.retrieval.rerank import CrossEncoderReranker
+from service.retrieval.rerank import CrossEncoderReranker, TorchCrossEncoder
 from service.runtime import build_embedder, build_reranker, model_device
 from service.settings import PACKAGED_MODEL, Settings
 
@@ -24,6 +24,11 @@ TEXTS = [
     "vpn " * 400,  # past the model's 256 tokens: cut the same way
     "",
 ]
+
+
+def _onnx(model: Path, cache: Path, *, max_tokens: int = 256, int8: bool = False) -> CrossEncoderReranker:
+    """A reranker on the cross-encoder at `model`, run by ONNX Runtime."""
+    return CrossEncoderReranker(OnnxCrossEncoder(str(model), cache=cache, max_tokens=max_tokens, int8=int8))
 
 
 @pytest.fixture(scope="module")
@@ -47,19 +52,19 @@ def test_onnx_embeddings_equal_sentence_transformers(
 
 
 def test_onnx_cross_encoder_scores_equal_sentence_transformers(tiny_cross_encoder: Path, tmp_path: Path) -> None:
-    onnx = OnnxCrossEncoder(str(tiny_cross_encoder), cache=tmp_path)
-    torch = CrossEncoderReranker(str(tiny_cross_encoder))
+    onnx = _onnx(tiny_cross_encoder, tmp_path)
+    torch = CrossEncoderReranker(TorchCrossEncoder(str(tiny_cross_encoder)))
     passages = ["the vpn error code", "refund plan price", "laptop", "a b c d e f g h"]
     assert onnx.score("vpn error", passages) == pytest.approx(torch.score("vpn error", passages), abs=1e-5)
     assert onnx.score("q", []) == []
     # a passage longer than max_tokens is cut and the query kept whole: the score is that of the cut passage
-    short = OnnxCrossEncoder(str(tiny_cross_encoder), cache=tmp_path, max_tokens=16)
+    short = _onnx(tiny_cross_encoder, tmp_path, max_tokens=16)
     long = "vpn " * 100
     assert short.score("vpn error code", [long]) == pytest.approx(short.score("vpn error code", ["vpn " * 11]))
 
 
 def test_pairs_run_in_batches_by_length_and_keep_their_order(tiny_cross_encoder: Path, tmp_path: Path) -> None:
-    onnx = OnnxCrossEncoder(str(tiny_cross_encoder), cache=tmp_path)
+    onnx = _onnx(tiny_cross_encoder, tmp_path)
     passages = ["vpn " * n + "error code" for n in (1, 40, 3, 90, 7, 2, 60, 5, 11)]  # three batches, lengths mixed
     alone = [onnx.score("vpn error", [p])[0] for p in passages]
     assert len(set(alone)) == len(passages)
@@ -87,9 +92,13 @@ def test_the_export_is_cached_and_checked(
 
 def test_settings_choose_the_runtime(tiny_cross_encoder: Path, tmp_path: Path) -> None:
     onnx = Settings(data_dir=tmp_path, rerank_model=str(tiny_cross_encoder), device="cpu", model_cache=tmp_path / "m")
-    assert isinstance(build_reranker(onnx), OnnxCrossEncoder)
+    on_onnx = build_reranker(onnx)
+    assert isinstance(on_onnx, CrossEncoderReranker)
+    assert isinstance(on_onnx.scorer, OnnxCrossEncoder)
     torch = onnx.model_copy(update={"encoder_runtime": "torch"})
-    assert isinstance(build_reranker(torch), CrossEncoderReranker)
+    on_torch = build_reranker(torch)
+    assert isinstance(on_torch, CrossEncoderReranker)
+    assert isinstance(on_torch.scorer, TorchCrossEncoder)
     assert isinstance(build_embedder(torch), SentenceTransformerEmbedder)
     assert model_device(onnx) == "cpu"
     # the rerank window is on by default: a long passage is scored cut around "vpn error", not at its end
@@ -99,7 +108,7 @@ def test_settings_choose_the_runtime(tiny_cross_encoder: Path, tmp_path: Path) -
     at_end = build_reranker(onnx.model_copy(update={**short, "rerank_focus": False}))
     assert focused is not None
     assert at_end is not None
-    cut = OnnxCrossEncoder(str(tiny_cross_encoder), cache=tmp_path / "m", max_tokens=24)
+    cut = _onnx(tiny_cross_encoder, tmp_path / "m", max_tokens=24)
     assert at_end.score("vpn error", [passage]) == cut.score("vpn error", [passage])
     assert focused.score("vpn error", [passage]) != cut.score("vpn error", [passage])  # exact: see test_rerank.py
 
@@ -145,8 +154,8 @@ def test_cuda_without_a_gpu_is_a_start_up_error(tmp_path: Path) -> None:
 
 
 def test_an_int8_cross_encoder_is_a_graph_of_its_own_and_ranks_alike(tiny_cross_encoder: Path, tmp_path: Path) -> None:
-    exact = OnnxCrossEncoder(str(tiny_cross_encoder), cache=tmp_path)
-    small = OnnxCrossEncoder(str(tiny_cross_encoder), cache=tmp_path, int8=True)
+    exact = _onnx(tiny_cross_encoder, tmp_path)
+    small = _onnx(tiny_cross_encoder, tmp_path, int8=True)
     assert len(list(tmp_path.glob("*.onnx"))) == 2
     passages = ["the vpn error code", "refund plan price", "laptop", "a b c d e f g h"]
     assert small.score("vpn error", passages) == pytest.approx(exact.score("vpn error", passages), abs=0.05)

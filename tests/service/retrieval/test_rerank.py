@@ -14,7 +14,7 @@ from service.index.index import Index
 from service.retrieval.embedding import resolve_model_path
 from service.retrieval.onnx_models import OnnxCrossEncoder
 from service.retrieval.pipeline import SearchParams, SearchPipeline
-from service.retrieval.rerank import CrossEncoderReranker, PassageWindow
+from service.retrieval.rerank import CrossEncoderReranker, PassageWindow, TorchCrossEncoder
 from service.retrieval.tokenizer import Tokenizer, TokenizerConfig
 from service.settings import PACKAGED_MODEL
 
@@ -23,7 +23,7 @@ QUERY = "vpn error code"
 
 @pytest.fixture(scope="module")
 def reranker(tiny_cross_encoder: Path) -> CrossEncoderReranker:
-    return CrossEncoderReranker(str(tiny_cross_encoder), max_tokens=256)
+    return CrossEncoderReranker(TorchCrossEncoder(str(tiny_cross_encoder), max_tokens=256))
 
 
 @pytest.fixture(scope="module")
@@ -150,11 +150,12 @@ def test_the_window_reads_cjk_and_drops_a_title_too_long_to_keep(minilm_tokenize
 
 def test_the_rerankers_score_the_cut_passage(tiny_cross_encoder: Path, tmp_path: Path) -> None:
     analyser = Tokenizer(TokenizerConfig())
-    focused = OnnxCrossEncoder(str(tiny_cross_encoder), cache=tmp_path, max_tokens=24, analyser=analyser)
-    plain = OnnxCrossEncoder(str(tiny_cross_encoder), cache=tmp_path, max_tokens=24)
-    torch = CrossEncoderReranker(str(tiny_cross_encoder), max_tokens=24, analyser=analyser)
+    onnx = OnnxCrossEncoder(str(tiny_cross_encoder), cache=tmp_path, max_tokens=24)
+    focused = CrossEncoderReranker(onnx, analyser=analyser)
+    plain = CrossEncoderReranker(onnx)
+    torch = CrossEncoderReranker(TorchCrossEncoder(str(tiny_cross_encoder), max_tokens=24), analyser=analyser)
     passage = "plan\n\n" + "the a of to and in is for on with " * 5 + "vpn error code " + "laptop leave " * 10
-    window = PassageWindow(plain._graph.tokenizer, analyser, 24)
+    window = PassageWindow(onnx.tokenizer, analyser, 24)
     [cut] = window.fit("vpn error", [passage])
     assert "vpn error code" in cut
     # exact comparisons: the same tokens through the same graph give the same float; the random tiny model's scores

@@ -1,0 +1,24 @@
+"""Where the benchmarks find the public collections: `PLUMBLINE_DATASETS`, else `../shared/datasets` beside the
+checkout (as the tests look for them, `tests/eval/conftest.py`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+DATASETS = Path(os.environ.get("PLUMBLINE_DATASETS", Path(__file__).resolve().parents[2] / "shared" / "datasets"))
+SCIFACT = DATASETS / "scifact"
+CMRC = DATASETS / "cmrc2018-zh"
+
+
+def require(*roots: Path) -> None:
+    """End the script with a message naming each collection that is missing and where it was looked for (a run would
+    otherwise fail with a traceback, maybe after minutes of work)."""
+    missing = [root for root in roots if not (root / "corpus.jsonl").is_file()]
+    if missing:
+        where = "; ".join(f"{root.name} at {root}" for root in missing)
+        sys.exit(
+            f"this benchmark needs public collections that are not there: {where} (BEIR layout: corpus.jsonl, "
+            "queries.jsonl, qrels/). Put them there, or set PLUMBLINE_DATASETS to the folder that holds them."
+        )
