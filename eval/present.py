@@ -1,68 +1,176 @@
-"""One evaluation, two presentations: the JSON body of `/eval/run` (and `--json`) and a text table."""
+"""One evaluation, two presentations: the JSON report (the body of `/eval/run` and `GET /eval/runs/{id}`, and
+`plumbline eval run --json`), whose one definition is `EvalReportOut` below (the API's response model too), and a text
+table."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
 
 from eval.report import Group, Report
 from eval.runner import Run
 from eval.verdict import GateResult
 
 
-def _group(g: Group) -> dict[str, Any]:
-    return {"name": g.name, "cases": g.cases, "metrics": {k: round(v, 6) for k, v in g.metrics.items()}}
+class GroupOut(BaseModel):
+    name: str
+    cases: int
+    metrics: dict[str, float]
 
 
-def report_json(run: Run, report: Report, gate: GateResult | None, *, cases: bool = True) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "run_id": run.run_id,
-        "kind": run.kind,
-        "set": run.set_name,
-        "created_at": run.created_at,
-        "unit": run.unit,
-        "k": list(run.ks),
-        "params": dict(run.params),
-        "cases_total": report.overall.cases,
-        "metrics": {k: round(v, 6) for k, v in report.overall.metrics.items()},
-        "primary_metric": report.primary_metric,
-        "by_category": [_group(g) for g in report.by_category],
-        "by_source": [_group(g) for g in report.by_source],
-        "diagnosis": [asdict(f) for f in report.diagnosis],
-        # the verdict stored with the run names the baseline it was compared with
-        "gate": run.gate.to_json() if run.gate is not None else (gate.to_json() if gate else None),
-        "incidents": incident_bucket(run),
-    }
+class FindingOut(BaseModel):
+    scope: str = Field(description="'overall' or 'category:<name>'")
+    problem: str = Field(description="'none' when nothing is wrong")
+    advice: str
+
+
+class CheckOut(BaseModel):
+    metric: str
+    scope: str
+    baseline: float
+    current: float
+    tolerance: float
+    p_value: float | None
+    failed: bool
+    delta: float
+
+
+class CaseChangeOut(BaseModel):
+    case_id: str
+    metric: str
+    baseline: float
+    current: float
+
+
+class BaselineRefOut(BaseModel):
+    name: str | None
+    run_id: str | None
+    sha256: str | None = Field(
+        None,
+        description="SHA-256 of the baseline run's canonical JSON (eval.storage.run_digest): exactly what was compared",
+    )
+    source: str | None = Field(None, description='"packaged", "stored", "stored, shadowing packaged", or "file"')
+
+
+class GateOut(BaseModel):
+    baseline: BaselineRefOut | None = Field(None, description="the baseline this run was compared with")
+    verdict: Literal["pass", "fail"]
+    reasons: list[str]
+    warnings: list[str]
+    checks: list[CheckOut]
+    worse_cases: list[CaseChangeOut]
+    better_cases: int
+
+
+class TopHitOut(BaseModel):
+    chunk_id: str
+    doc_id: str
+    score: float
+
+
+class CaseOut(BaseModel):
+    id: str
+    question: str
+    category: str
+    source: str
+    metrics: dict[str, float]
+    first_relevant_rank: int | None
+    missed: list[dict[str, Any]]
+    top: list[TopHitOut]
+
+
+class IncidentBucketOut(BaseModel):
+    cases: int
+    passed: int
+    failed: list[str] = Field(description="incident case ids that fail in this run")
+    regressed: list[str] = Field(description="of those, the ones that passed in an earlier run")
+
+
+class EvalReportOut(BaseModel):
+    """One evaluation run: its numbers overall, per category and per source (worst first), the diagnosis, the
+    gate verdict (null without a baseline) and, unless left out, every case."""
+
+    run_id: str
+    status: Literal["done"] = "done"
+    kind: Literal["monitoring", "manual", "experiment"]
+    set: str
+    created_at: str
+    unit: str
+    k: list[int]
+    params: dict[str, Any]
+    cases_total: int
+    metrics: dict[str, float]
+    primary_metric: str
+    by_category: list[GroupOut]
+    by_source: list[GroupOut]
+    diagnosis: list[FindingOut]
+    gate: GateOut | None
+    incidents: IncidentBucketOut | None = Field(
+        None, description="the run's incident cases: how many passed, and which regressed (passed before, fail now)"
+    )
+    cases: list[CaseOut] | None = None
+    warnings: list[str] = Field(default_factory=list)
+
+
+def _group(g: Group) -> GroupOut:
+    return GroupOut(name=g.name, cases=g.cases, metrics={k: round(v, 6) for k, v in g.metrics.items()})
+
+
+def report_out(run: Run, report: Report, gate: GateResult | None, *, cases: bool = True) -> EvalReportOut:
+    """The report of `run`; its gate is the verdict stored with the run (which names the baseline it was compared
+    with), else `gate`. Without `cases`, the cases are left out."""
+    verdict = run.gate if run.gate is not None else gate
+    out = EvalReportOut(
+        run_id=run.run_id,
+        kind=run.kind,
+        set=run.set_name,
+        created_at=run.created_at,
+        unit=run.unit,
+        k=list(run.ks),
+        params=dict(run.params),
+        cases_total=report.overall.cases,
+        metrics={k: round(v, 6) for k, v in report.overall.metrics.items()},
+        primary_metric=report.primary_metric,
+        by_category=[_group(g) for g in report.by_category],
+        by_source=[_group(g) for g in report.by_source],
+        diagnosis=[FindingOut(**asdict(f)) for f in report.diagnosis],
+        gate=GateOut.model_validate(verdict.to_json()) if verdict is not None else None,
+        incidents=incident_bucket(run),
+    )
     if cases:
-        out["cases"] = [
-            {
-                "id": c.case_id,
-                "question": c.question,
-                "category": c.category,
-                "source": c.source,
-                "metrics": dict(c.metrics),
-                "first_relevant_rank": c.first_relevant_rank,
-                "missed": [label.to_json() for label in c.missed],
-                "top": [{"chunk_id": r.chunk_id, "doc_id": r.doc_id, "score": r.score} for r in c.retrieved[:5]],
-            }
+        out.cases = [
+            CaseOut(
+                id=c.case_id,
+                question=c.question,
+                category=c.category,
+                source=c.source,
+                metrics=dict(c.metrics),
+                first_relevant_rank=c.first_relevant_rank,
+                missed=[label.to_json() for label in c.missed],
+                top=[TopHitOut(chunk_id=r.chunk_id, doc_id=r.doc_id, score=r.score) for r in c.retrieved[:5]],
+            )
             for c in run.cases
         ]
     return out
 
 
-def incident_bucket(run: Run) -> dict[str, Any] | None:
+def report_json(run: Run, report: Report, gate: GateResult | None, *, cases: bool = True) -> dict[str, Any]:
+    """`report_out` as JSON, with only the fields it sets (no `status` or `warnings`: the API adds those)."""
+    return report_out(run, report, gate, cases=cases).model_dump(mode="json", exclude_unset=True)
+
+
+def incident_bucket(run: Run) -> IncidentBucketOut | None:
     """The run's incident cases (`eval.incidents`): how many, how many passed (the source within the incident's own
     k), which failed and which of those regressed; None when the run has none."""
     outcomes = run.incident_outcomes
     if not outcomes:
         return None
     failed = [case_id for case_id, outcome in sorted(outcomes.items()) if outcome != "passed"]
-    return {
-        "cases": len(outcomes),
-        "passed": len(outcomes) - len(failed),
-        "failed": failed,
-        "regressed": list(run.regressed),
-    }
+    return IncidentBucketOut(
+        cases=len(outcomes), passed=len(outcomes) - len(failed), failed=failed, regressed=list(run.regressed)
+    )
 
 
 def format_table(run: Run, report: Report, gate: GateResult | None) -> str:
@@ -89,9 +197,9 @@ def format_table(run: Run, report: Report, gate: GateResult | None) -> str:
     )
     incidents = incident_bucket(run)
     if incidents is not None:
-        lines.append(f"-- incidents: {incidents['passed']} of {incidents['cases']} pass")
-        if incidents["regressed"]:
-            lines.append(f"  regressed (passed before, fail now): {', '.join(incidents['regressed'])}")
+        lines.append(f"-- incidents: {incidents.passed} of {incidents.cases} pass")
+        if incidents.regressed:
+            lines.append(f"  regressed (passed before, fail now): {', '.join(incidents.regressed)}")
     if gate is not None:
         lines.append(f"-- gate: {gate.verdict.upper()}")
         lines.extend(f"  {r}" for r in gate.reasons)

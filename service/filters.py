@@ -1,4 +1,5 @@
-"""Search filters: what a request may restrict, and the engine-neutral condition tree they become.
+"""Search filters: what a request may restrict (`parse_filters` validates a `filters` object as a caller wrote it),
+and the engine-neutral condition tree they become.
 
 The tree is applied inside the engine to every candidate list (dense and keyword alike), never to a
 fused list afterwards: post-filtering a top-N list silently loses recall. Each store adapter translates
@@ -12,9 +13,13 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
 
 from service.domain import DocStatus
 from service.errors import InvalidRequest
+from service.inputs import FiltersIn
 
 METADATA_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 Scalar = str | int | float | bool
@@ -125,6 +130,30 @@ class FilterSpec:
             updated_before=other.updated_before or self.updated_before,
             metadata=self.metadata + other.metadata,
         )
+
+
+def to_filters(f: FiltersIn) -> FilterSpec:
+    """Validated filters as the search applies them."""
+    return FilterSpec(
+        tenant=f.tenant,
+        tags=tuple(f.tags),
+        doc_ids=tuple(f.doc_ids),
+        status=tuple(f.status),
+        updated_after=f.updated_after,
+        updated_before=f.updated_before,
+        metadata=parse_metadata_filters(f.metadata),
+    )
+
+
+def parse_filters(raw: Mapping[str, Any]) -> FilterSpec:
+    """A `filters` object as a caller wrote it (a labelled case's, an incident's), validated exactly like a /search
+    request's: `InvalidRequest` names the first problem."""
+    try:
+        return to_filters(FiltersIn.model_validate(raw))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InvalidRequest(f"filters {dict(raw)} are invalid: {where}: {first['msg']}") from None
 
 
 def of_kind(kind: str) -> Clause:

@@ -22,8 +22,6 @@ from typing import TYPE_CHECKING, TypeVar
 
 from eval.storage import RunStore, SetStore
 from service.access.keys import Authenticator
-from service.api.convert import parse_filters, run_spec
-from service.api.schemas import SearchOptions
 from service.errors import (
     DataDirLocked,
     DataDirUnavailable,
@@ -34,19 +32,21 @@ from service.errors import (
     public,
 )
 from service.evaluation.incidents import IncidentService
-from service.evaluation.runs import EvalService
+from service.evaluation.runs import EvalService, run_spec
 from service.evaluation.schedule import Scheduler
+from service.filters import parse_filters
 from service.index.chunking import Chunker, ChunkerConfig
 from service.index.index import Index, IndexLimits
 from service.index.loaders import iter_documents
 from service.infra import logs
 from service.infra.datadir import DataDirLock
 from service.infra.observability import ServiceMetrics
+from service.options import RunOptions
 from service.retrieval.embedding import Embedder, SentenceTransformerEmbedder
 from service.retrieval.embedding_cache import CachedEmbedder
 from service.retrieval.onnx_models import OnnxCrossEncoder, OnnxEmbedder
 from service.retrieval.pipeline import Limits, SearchPipeline
-from service.retrieval.rerank import CrossEncoderReranker, Reranker
+from service.retrieval.rerank import CrossEncoderReranker, PairScorer, Reranker, TorchCrossEncoder
 from service.retrieval.sparse import Bm25Params
 from service.retrieval.tokenizer import Tokenizer, TokenizerConfig
 from service.settings import Settings
@@ -118,23 +118,13 @@ def build_reranker(settings: Settings) -> Reranker | None:
         return None
     s, cache = settings, _onnx(settings)
     analyser = Tokenizer(tokenizer_config(s)) if s.rerank_focus else None
-    if cache is not None:
-        return OnnxCrossEncoder(
-            model,
-            cache=cache,
-            max_tokens=s.rerank_max_tokens,
-            concurrency=s.rerank_concurrency,
-            threads=s.torch_threads,
-            int8=s.rerank_int8,
-            analyser=analyser,
-        )
-    return CrossEncoderReranker(
-        model,
-        max_tokens=s.rerank_max_tokens,
-        concurrency=s.rerank_concurrency,
-        device=model_device(s),
-        analyser=analyser,
+    max_tokens = s.rerank_max_tokens
+    scorer: PairScorer = (
+        OnnxCrossEncoder(model, cache=cache, max_tokens=max_tokens, threads=s.torch_threads, int8=s.rerank_int8)
+        if cache is not None
+        else TorchCrossEncoder(model, max_tokens=max_tokens, device=model_device(s))
     )
+    return CrossEncoderReranker(scorer, concurrency=s.rerank_concurrency, analyser=analyser)
 
 
 def tokenizer_config(settings: Settings) -> TokenizerConfig:
@@ -276,12 +266,12 @@ class Runtime:
 
     def _monitor(self, set_name: str, interval: float) -> bool:
         """The scheduler's run: set `set_name` over the served configuration, if due; True if it ran."""
-        spec = run_spec(SearchOptions(), self.settings, self.pipeline, set_name=set_name, monitoring=True)
+        spec = run_spec(RunOptions(set_name, monitoring=True), self.settings, self.pipeline)
         # no HTTP caller waits on it: a large set may take longer than PLUMBLINE_EVAL_TIMEOUT_SECONDS
         ev = self.evals.evaluate(spec, if_older_than=interval, limited=False)
         if ev is None:
             return False
-        verdict = ev.run.gate["verdict"] if ev.run.gate else None
+        verdict = ev.run.gate.verdict if ev.run.gate else None
         self.record("scheduler", "eval.run", ev.run.run_id, {"set": set_name, "kind": "monitoring", "gate": verdict})
         return True
 

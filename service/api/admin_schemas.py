@@ -7,19 +7,19 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from service.access.principals import ROLES
-from service.api.schemas import _Strict
+from service.inputs import Strict
 from service.state.keys import ApiKey
 
 MAX_GRACE = 7 * 24 * 3600
 
 
-class KeyIn(_Strict):
+class KeyIn(Strict):
     name: str = Field(min_length=1, max_length=160)
     roles: list[str] = Field(min_length=1, max_length=len(ROLES), description=f"any of {', '.join(ROLES)}")
     tenant: str | None = Field(None, min_length=1, max_length=200, description="confine the key to this tenant")
 
 
-class RotateIn(_Strict):
+class RotateIn(Strict):
     grace_seconds: float = Field(
         3600, ge=0, le=MAX_GRACE, description="how long the old secret keeps working, so clients can switch"
     )

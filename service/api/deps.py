@@ -1,4 +1,5 @@
-"""FastAPI dependencies: the runtime and its parts, taken from the app's state (never globals)."""
+"""FastAPI dependencies: the runtime, its parts and the application services over them (`service.application`),
+taken from the app's state (never globals)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from service.evaluation.incidents import IncidentService
-from service.evaluation.runs import EvalService
+from service.application.documents import Documents
+from service.application.evaluations import Evaluations
+from service.application.incidents import Incidents
+from service.application.search import Searches
 from service.index.index import Index
 from service.retrieval.pipeline import SearchPipeline
 from service.runtime import Runtime
@@ -36,17 +39,28 @@ async def get_pipeline(runtime: RuntimeDep) -> SearchPipeline:
     return runtime.pipeline
 
 
-async def get_evals(runtime: RuntimeDep) -> EvalService:
-    """The eval service: once the runtime is up (holds the data directory's lock, the state store is open)."""
-    return runtime.evals
+async def get_searches(runtime: RuntimeDep) -> Searches:
+    return Searches(runtime.settings, runtime.pipeline)
 
 
-async def get_incidents(runtime: RuntimeDep) -> IncidentService:
-    return runtime.incidents
+async def get_documents(runtime: RuntimeDep) -> Documents:
+    return Documents(runtime.index)
+
+
+async def get_evaluations(runtime: RuntimeDep) -> Evaluations:
+    """Eval runs, sets and baselines: once the runtime is up (holds the data directory's lock, the state store is
+    open)."""
+    return Evaluations(runtime.evals, runtime.settings)
+
+
+async def get_incident_desk(runtime: RuntimeDep) -> Incidents:
+    return Incidents(runtime.incidents, runtime.evals, runtime.settings)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 IndexDep = Annotated[Index, Depends(get_index)]
 PipelineDep = Annotated[SearchPipeline, Depends(get_pipeline)]
-EvalsDep = Annotated[EvalService, Depends(get_evals)]
-IncidentsDep = Annotated[IncidentService, Depends(get_incidents)]
+SearchesDep = Annotated[Searches, Depends(get_searches)]
+DocumentsDep = Annotated[Documents, Depends(get_documents)]
+EvaluationsDep = Annotated[Evaluations, Depends(get_evaluations)]
+IncidentDeskDep = Annotated[Incidents, Depends(get_incident_desk)]

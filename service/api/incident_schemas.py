@@ -7,14 +7,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, Field
 
-from service.api.schemas import FiltersIn, _Strict, _valid_text
+from service.inputs import FiltersIn, Strict, valid_text
 
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def _plain(value: str) -> str:
     """Valid text without control characters (tab and line breaks allowed): PostgreSQL cannot store NUL at all."""
-    if CONTROL.search(_valid_text(value)):
+    if CONTROL.search(valid_text(value)):
         raise ValueError("contains a control character (such as NUL): send plain text")
     return value
 
@@ -23,7 +23,7 @@ Plain = Annotated[str, AfterValidator(_plain)]
 Name = Field(min_length=1, max_length=200)
 
 
-class IncidentIn(_Strict):
+class IncidentIn(Strict):
     """A question the assistant answered wrongly, and the source that answers it."""
 
     question: Plain = Field(min_length=1, max_length=2000, description="the question as the user asked it")
@@ -45,7 +45,7 @@ class IncidentIn(_Strict):
     set: Plain | None = Field(None, description="the labelled set it joins (default: the service's incident set)")
 
 
-class LabelIn(_Strict):
+class LabelIn(Strict):
     doc_id: Plain | None = None
     chunk_id: Plain | None = None
     evidence: Plain | None = None
@@ -115,7 +115,7 @@ class IncidentPage(BaseModel):
     next_before: int | None = Field(description="pass as `before` for the next page; null on the last")
 
 
-class IncidentPatch(_Strict):
+class IncidentPatch(Strict):
     """Accept or reject (with a reason), reopen (status new), or edit fields."""
 
     status: Literal["new", "accepted", "rejected"] | None = None

@@ -1,102 +1,22 @@
 """Request and response bodies: the only place HTTP-facing pydantic models live.
 
 Requests forbid unknown fields, so a typo (`filters: {"tennant": ...}`) is a 422 naming the field,
-not a silently ignored filter.
+not a silently ignored filter. A document, search filters and search options are validated as every way into the
+service validates them (`service.inputs`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
-import math
-import re
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, Field
 
-from service.domain import DocFormat, DocStatus, FusionMethod, Hit, Mode, StageScore
-
-INT64 = 2**63
-# Metadata is stored in every chunk's payload, and the engine cannot read back a payload nested deeper than
-# about 127 levels: one such document made its points unreadable and undeletable (see `plumbline doctor`).
-# Nothing a filter can match needs more than a few levels, so the limits are far below the engine's.
-MAX_METADATA_DEPTH = 8
-MAX_METADATA_BYTES = 64 * 1024
-DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+from service.domain import DocFormat, DocStatus, Hit, StageScore
+from service.inputs import DocumentIn, SearchOptions, Strict, Text
 
 
-def _valid_text(value: str) -> str:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("contains invalid Unicode (a lone surrogate): send UTF-8 text") from None
-    return value
-
-
-def _utc(value: dt.datetime) -> dt.datetime:
-    try:
-        return value.astimezone(dt.UTC)
-    except OverflowError:
-        raise ValueError("is out of range once converted to UTC (years 1 to 9999)") from None
-
-
-def _date_only_is_midnight_utc(value: Any) -> Any:
-    """`2026-01-01` means 2026-01-01T00:00:00Z, as it does in front matter (`service.index.loaders`)."""
-    return f"{value}T00:00:00Z" if isinstance(value, str) and DATE_ONLY.match(value) else value
-
-
-def _json_value(value: Any, where: str = "metadata", depth: int = 1) -> Any:
-    """Metadata values as the engine can store them: finite numbers, 64-bit integers, valid text, and
-    objects or lists nested at most `MAX_METADATA_DEPTH` levels (the top-level object is level 1)."""
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int) and not -INT64 <= value < INT64:
-        raise ValueError(f"{where}: an integer of {len(str(abs(value)))} digits does not fit in 64 bits")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{where}: {value} is not a finite number")
-    if isinstance(value, str):
-        return _valid_text(value)
-    if isinstance(value, list | dict) and depth > MAX_METADATA_DEPTH:
-        raise ValueError(f"{where}: nested too deep; metadata may nest objects and lists {MAX_METADATA_DEPTH} levels")
-    if isinstance(value, list):
-        return [_json_value(v, where, depth + 1) for v in value]
-    if isinstance(value, dict):
-        return {_valid_text(str(k)): _json_value(v, f"{where}.{k}", depth + 1) for k, v in value.items()}
-    return value
-
-
-def _metadata(value: dict[str, Any]) -> dict[str, Any]:
-    checked: dict[str, Any] = _json_value(value)
-    size = len(json.dumps(checked, ensure_ascii=False).encode())
-    if size > MAX_METADATA_BYTES:
-        raise ValueError(f"is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}: keep large data in the text")
-    return checked
-
-
-Text = Annotated[str, AfterValidator(_valid_text)]
-UtcDatetime = Annotated[AwareDatetime, BeforeValidator(_date_only_is_midnight_utc), AfterValidator(_utc)]
-Metadata = Annotated[dict[str, Any], AfterValidator(_metadata)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class DocumentIn(_Strict):
-    id: Text = Field(min_length=1, max_length=512, description="stable, caller-given id")
-    title: Text = Field("", max_length=1000, description="defaults to the first '# heading' or the id")
-    text: Text = Field(min_length=1)
-    format: DocFormat = DocFormat.MARKDOWN
-    metadata: Metadata = Field(default_factory=dict)
-    tags: list[Text] = Field(default_factory=list, max_length=100)
-    tenant: Text | None = Field(None, max_length=200)
-    status: DocStatus = DocStatus.CURRENT
-    updated_at: UtcDatetime | None = None
-    valid_until: UtcDatetime | None = None
-    supersedes: Text | None = Field(None, max_length=512)
-
-
-class IngestRequest(_Strict):
+class IngestRequest(Strict):
     documents: list[DocumentIn]
 
 
@@ -159,32 +79,6 @@ class DocumentPage(BaseModel):
 class DeleteResponse(BaseModel):
     id: str
     deleted_chunks: int
-
-
-class FiltersIn(_Strict):
-    tenant: Text | None = None
-    tags: list[Text] = Field(default_factory=list, description="any of these tags")
-    doc_ids: list[Text] = Field(default_factory=list)
-    status: list[DocStatus] = Field(default_factory=list)
-    updated_after: UtcDatetime | None = None
-    updated_before: UtcDatetime | None = None
-    metadata: Metadata = Field(
-        default_factory=dict, description='{"key": value}, {"key": [v1, v2]} or {"key": {"gte": 1, "lt": 5}}'
-    )
-
-
-class SearchOptions(_Strict):
-    """How to search; every field left out takes the service's default (see Settings)."""
-
-    mode: Mode | None = None
-    fusion: FusionMethod | None = None
-    alpha: float | None = Field(None, description="weight of the dense side in weighted fusion, 0..1")
-    rrf_k: int | None = None
-    candidates: int | None = Field(None, description="candidate depth per retriever")
-    rerank: bool | None = None
-    rerank_depth: int | None = None
-    filters: FiltersIn = Field(default_factory=FiltersIn)
-    fresh_only: bool = Field(True, description="only current documents that have not expired")
 
 
 class SearchRequest(SearchOptions):
@@ -291,7 +185,7 @@ class Health(BaseModel):
     chunks: int | None = None
 
 
-class EvalRunRequest(_Strict):
+class EvalRunRequest(Strict):
     set: str = Field(description="name of a labelled set (see GET /eval/sets)")
     k: list[int] = Field(default_factory=lambda: [1, 5, 10], min_length=1, max_length=10)
     unit: Literal["chunk", "doc"] = "chunk"
@@ -320,107 +214,7 @@ class EvalRunRequest(_Strict):
     )
 
 
-class GroupOut(BaseModel):
-    name: str
-    cases: int
-    metrics: dict[str, float]
-
-
-class FindingOut(BaseModel):
-    scope: str = Field(description="'overall' or 'category:<name>'")
-    problem: str = Field(description="'none' when nothing is wrong")
-    advice: str
-
-
-class CheckOut(BaseModel):
-    metric: str
-    scope: str
-    baseline: float
-    current: float
-    tolerance: float
-    p_value: float | None
-    failed: bool
-    delta: float
-
-
-class CaseChangeOut(BaseModel):
-    case_id: str
-    metric: str
-    baseline: float
-    current: float
-
-
-class BaselineRefOut(BaseModel):
-    name: str | None
-    run_id: str | None
-    sha256: str | None = Field(
-        None,
-        description="SHA-256 of the baseline run's canonical JSON (eval.storage.run_digest): exactly what was compared",
-    )
-    source: str | None = Field(None, description='"packaged", "stored", "stored, shadowing packaged", or "file"')
-
-
-class GateOut(BaseModel):
-    baseline: BaselineRefOut | None = Field(None, description="the baseline this run was compared with")
-    verdict: Literal["pass", "fail"]
-    reasons: list[str]
-    warnings: list[str]
-    checks: list[CheckOut]
-    worse_cases: list[CaseChangeOut]
-    better_cases: int
-
-
-class TopHitOut(BaseModel):
-    chunk_id: str
-    doc_id: str
-    score: float
-
-
-class CaseOut(BaseModel):
-    id: str
-    question: str
-    category: str
-    source: str
-    metrics: dict[str, float]
-    first_relevant_rank: int | None
-    missed: list[dict[str, Any]]
-    top: list[TopHitOut]
-
-
-class IncidentBucketOut(BaseModel):
-    cases: int
-    passed: int
-    failed: list[str] = Field(description="incident case ids that fail in this run")
-    regressed: list[str] = Field(description="of those, the ones that passed in an earlier run")
-
-
-class EvalReportOut(BaseModel):
-    """One evaluation run: its numbers overall, per category and per source (worst first), the diagnosis, the
-    gate verdict (null without a baseline) and, unless left out, every case."""
-
-    run_id: str
-    status: Literal["done"] = "done"
-    kind: Literal["monitoring", "manual", "experiment"]
-    set: str
-    created_at: str
-    unit: str
-    k: list[int]
-    params: dict[str, Any]
-    cases_total: int
-    metrics: dict[str, float]
-    primary_metric: str
-    by_category: list[GroupOut]
-    by_source: list[GroupOut]
-    diagnosis: list[FindingOut]
-    gate: GateOut | None
-    incidents: IncidentBucketOut | None = Field(
-        None, description="the run's incident cases: how many passed, and which regressed (passed before, fail now)"
-    )
-    cases: list[CaseOut] | None = None
-    warnings: list[str] = Field(default_factory=list)
-
-
-class BaselineRequest(_Strict):
+class BaselineRequest(Strict):
     run_id: str
     name: str
     replace: bool = Field(False, description="replace an existing baseline of that name (it is kept in history)")

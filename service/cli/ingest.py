@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from service.cli.main import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_OK, _audit, _data_dir, _settings
+from service.cli.common import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_OK, audit, data_dir_option, settings_of
 from service.errors import IngestFailed, PlumblineError, StoreUnavailable
 
 
@@ -24,7 +24,7 @@ def add_parser(sub: Any) -> None:
     ingest.add_argument("path", type=Path)
     target = ingest.add_mutually_exclusive_group()
     target.add_argument("--url", help="a running Plumbline (POST /documents)")
-    _data_dir(target)
+    data_dir_option(target)
     ingest.add_argument("--batch-size", type=int, default=64)
     ingest.set_defaults(func=_ingest)
 
@@ -41,8 +41,8 @@ def _ingest(args: argparse.Namespace) -> int:
     committed: list[str] = []
     with _IngestProgress(count_documents(args.path)) as bar:
         if args.url:
-            from service.api.schemas import DocumentIn
             from service.cli.remote import no_delay_client
+            from service.inputs import DocumentIn
 
             with no_delay_client(timeout=600) as client:
                 for batch in _batches(docs, args.batch_size):
@@ -61,7 +61,7 @@ def _ingest(args: argparse.Namespace) -> int:
         else:
             from service.runtime import Runtime
 
-            runtime = Runtime(_settings(args))
+            runtime = Runtime(settings_of(args))
             runtime.warm_up(search=False)
             try:
                 for batch in _batches(docs, args.batch_size):
@@ -77,7 +77,7 @@ def _ingest(args: argparse.Namespace) -> int:
                     committed += [d.id for d in batch]
             finally:
                 if totals["documents"]:
-                    _audit(runtime, "documents.ingest", str(args.path), dict(totals))
+                    audit(runtime, "documents.ingest", str(args.path), dict(totals))
                 runtime.close()
     print(json.dumps(totals))
     return EXIT_OK

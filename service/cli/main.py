@@ -33,16 +33,17 @@ from pathlib import Path
 from typing import Any
 
 from eval.errors import EvalError
-from eval.gate import GateConfig, GateResult, compare
-from eval.present import format_table, gate_json, report_json
+from eval.gate import GateConfig, compare
+from eval.present import format_table, report_json
 from eval.report import build_report
 from eval.runner import Retriever, Run, run_set
 from eval.storage import dump_run, load_baseline, load_set
+from eval.verdict import GateResult
+from service.cli.common import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_OK, EXIT_REGRESSION, audit, data_dir_option, settings_of
 from service.errors import PlumblineError
 from service.infra import logs
 from service.infra.files import write_atomic
 
-EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_ERROR = 0, 1, 2, 3
 POLL_SECONDS = 2.0  # how often `eval run --monitoring --url` asks for the run's progress
 POLL_GIVE_UP_SECONDS = 300.0  # how long it rides out failing polls before giving up
 
@@ -72,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(required=True, metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the HTTP service")
-    _data_dir(serve)
+    data_dir_option(serve)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--ingest", type=Path, action="append", default=[], help="index this folder at start-up")
@@ -84,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     run = ev.add_parser("run", help="replay a labelled set; gate against a baseline")
     target = run.add_mutually_exclusive_group()
     target.add_argument("--url", help="evaluate a running Plumbline through its /search")
-    _data_dir(target)
+    data_dir_option(target)
     run.add_argument("--set", required=True, help="set name, or a path to a .jsonl file")
     run.add_argument("--k", type=int, nargs="+", default=[1, 5, 10])
     run.add_argument("--unit", choices=["chunk", "doc"], default="chunk")
@@ -111,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_eval_run)
 
     doctor = sub.add_parser("doctor", help="check a data directory offline (the server must be stopped)")
-    _data_dir(doctor)
+    data_dir_option(doctor)
     doctor.add_argument("--repair", action="store_true", help="fix what can be fixed, and say what was done")
     doctor.set_defaults(func=_doctor)
 
@@ -121,22 +122,12 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _data_dir(p: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup) -> None:
-    p.add_argument("--data-dir", type=Path, help="data directory (default: $PLUMBLINE_DATA_DIR or ./data)")
-
-
-def _settings(args: argparse.Namespace) -> Any:
-    from service.settings import Settings
-
-    return Settings(data_dir=args.data_dir) if args.data_dir else Settings()
-
-
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.api.app import create_app
 
-    settings = _settings(args)
+    settings = settings_of(args)
     logs.configure(settings.log_format)
     app = create_app(settings, preload=tuple(args.ingest))
     # refused here, before any port is bound, if another process holds the data directory; a read-only one is
@@ -152,7 +143,7 @@ def _doctor(args: argparse.Namespace) -> int:
     from service.index import integrity
     from service.runtime import Runtime, build_store
 
-    runtime = Runtime(_settings(args))
+    runtime = Runtime(settings_of(args))
     try:
         try:
             runtime.warm_up(check=False, search=False)
@@ -166,7 +157,7 @@ def _doctor(args: argparse.Namespace) -> int:
         else:
             found, done, after = runtime.index.check(repair=args.repair)
             if done:
-                _audit(runtime, "index.repair", str(runtime.settings.data_dir), {"done": done})
+                audit(runtime, "index.repair", str(runtime.settings.data_dir), {"done": done})
     finally:
         runtime.close()
     print("\n".join(found.lines()))
@@ -174,13 +165,6 @@ def _doctor(args: argparse.Namespace) -> int:
         print(f"repaired: {action}")
     print("clean" if after.clean else "problems left" + ("" if args.repair else ": run with --repair to fix them"))
     return EXIT_OK if after.clean else EXIT_REGRESSION
-
-
-def _audit(runtime: Any, action: str, target: str, detail: dict[str, Any]) -> None:
-    """A write made here, in the state store's audit log, as made by "local CLI (user@host)"."""
-    from service.access.principals import local_cli
-
-    runtime.record(local_cli().actor, action, target, detail)
 
 
 def _overrides(pairs: list[str]) -> dict[str, Any]:
@@ -215,7 +199,7 @@ def _eval_run(args: argparse.Namespace) -> int:
         run = run_set(cases, retriever, set_name=set_name, ks=args.k, unit=args.unit, params=overrides)
         gate = compare(run, baseline, config) if baseline else None
         if gate is not None:
-            run = replace(run, gate=gate_json(gate))
+            run = replace(run, gate=gate)
     else:
         run, gate, warnings = _eval_in_process(args, overrides, config)
         for warning in warnings:
@@ -233,12 +217,13 @@ def _eval_in_process(
     """The service's own orchestration (`EvalService.evaluate_cases`): replay, gate, then store with the verdict."""
     from pydantic import ValidationError
 
-    from service.api.convert import run_spec
-    from service.api.schemas import SearchOptions
     from service.evaluation.retriever import Evaluation
+    from service.evaluation.runs import run_spec
+    from service.inputs import SearchOptions
+    from service.options import RunOptions, SearchOverrides
     from service.runtime import Runtime
 
-    settings = _settings(args)
+    settings = settings_of(args)
     try:
         options = SearchOptions.model_validate(overrides)
     except ValidationError as exc:
@@ -247,17 +232,16 @@ def _eval_in_process(
     runtime.warm_up()
     try:
         set_name = Path(args.set).stem if _is_file(args.set) else args.set
-        spec = run_spec(
-            options,
-            settings,
-            runtime.pipeline,
-            set_name=set_name,
-            ks=args.k,
-            unit=args.unit,
-            gate_config=config,
+        asked = RunOptions(
+            set_name,
+            SearchOverrides.of(options),
+            tuple(args.k),
+            args.unit,
+            config,
             monitoring=args.monitoring,
             baseline=args.baseline,
         )
+        spec = run_spec(asked, settings, runtime.pipeline)
         with _progress_bar("eval") as bar:
             if _is_file(args.set) or (args.baseline and _is_file(args.baseline)):
                 cases = load_set(args.set)[1] if _is_file(args.set) else runtime.evals.cases(args.set)
@@ -266,8 +250,8 @@ def _eval_in_process(
             else:
                 ev = runtime.evals.evaluate(spec, limited=False, progress=bar)
         if ev is not None:
-            verdict = ev.run.gate["verdict"] if ev.run.gate else None
-            _audit(runtime, "eval.run", ev.run.run_id, {"set": set_name, "kind": spec.kind, "gate": verdict})
+            verdict = ev.run.gate.verdict if ev.run.gate else None
+            audit(runtime, "eval.run", ev.run.run_id, {"set": set_name, "kind": spec.kind, "gate": verdict})
     finally:
         runtime.close()
     if ev is None:  # evaluate returns None only when asked to run just if due, which this never asks
@@ -353,15 +337,15 @@ def _monitor_remote(args: argparse.Namespace, config: GateConfig) -> int:
             time.sleep(POLL_SECONDS)
     if state.get("status") != "done":
         raise PlumblineError(f"monitoring run {run_id} ended {state.get('status')}: {state.get('error')}")
-    gate = state.get("gate")
+    gate = GateResult.from_json(state["gate"]) if state.get("gate") is not None else None
     if args.json:
         print(json.dumps(state, indent=1))
     else:
         print(f"run {run_id}  set {state['set']}  monitoring  cases {state['cases_total']}")
         print("  ".join(f"{name} {value:.3f}" for name, value in sorted(state["metrics"].items())))
         if gate is not None:
-            print(f"gate: {gate['verdict']}" + "".join(f"\n  {reason}" for reason in gate["reasons"]))
-    return EXIT_REGRESSION if gate is not None and gate["verdict"] == "fail" else EXIT_OK
+            print(f"gate: {gate.verdict}" + "".join(f"\n  {reason}" for reason in gate.reasons))
+    return EXIT_REGRESSION if gate is not None and not gate.passed else EXIT_OK
 
 
 if __name__ == "__main__":

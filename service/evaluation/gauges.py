@@ -58,7 +58,7 @@ class EvalGaugeCollector(Collector):
             if m.baseline is not None:
                 _add_scores(reference, set_name, m.baseline)
             if ev.run.gate is not None:
-                passed.add_metric([set_name], 1.0 if ev.run.gate["verdict"] == "pass" else 0.0)
+                passed.add_metric([set_name], 1.0 if ev.run.gate.passed else 0.0)
             when.add_metric([set_name], _timestamp(ev.run.created_at))
         yield from (score, reference, cases, passed, when, interval)
 

@@ -10,24 +10,24 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from eval.cases import Case
-from eval.gate import GateResult
 from eval.matching import Retrieved
 from eval.report import Report
 from eval.runner import Query, Run
+from eval.verdict import GateResult
 from service.filters import FilterSpec
 from service.index import supersession
 from service.retrieval.pipeline import SearchParams, SearchPipeline
 from service.stores.base import VectorStore
 from service.stores.payload import head_point_id
 
-# turns a case's `filters` object into a FilterSpec (the API's validator)
+# turns a case's `filters` object into a FilterSpec (`service.filters.parse_filters`, as /search validates them)
 FilterParser = Callable[[Mapping[str, Any]], FilterSpec]
 
 
 class PipelineRetriever:
     """A `Retriever` over the in-process pipeline, with `base` as the run's search parameters and
-    `parse_filters` turning a case's `filters` object into a FilterSpec (the API's validator). With `tenant`,
-    every question searches that tenant alone, whatever its case's filters say.
+    `parse_filters` turning a case's `filters` object into a FilterSpec (`service.filters.parse_filters`). With
+    `tenant`, every question searches that tenant alone, whatever its case's filters say.
 
     Example:
         >>> r = PipelineRetriever(pipeline, SearchParams(mode=Mode.KEYWORD), parse_filters)  # doctest: +SKIP

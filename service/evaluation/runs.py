@@ -1,9 +1,10 @@
-"""Eval runs as a service: a set's cases and baseline resolved, the run executed in the foreground or in the
-background (slots, the monitoring lease, progress, heartbeat, cancel), gated, stored, and its incident outcomes
-recorded."""
+"""Eval runs as a service: a run asked for resolved over the served configuration (`run_spec`), a set's cases and
+baseline resolved, the run executed in the foreground or in the background (slots, the monitoring lease, progress,
+heartbeat, cancel), gated, stored, and its incident outcomes recorded."""
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import logging
 import os
@@ -21,15 +22,27 @@ from eval.errors import EvalError, UnknownName
 from eval.gate import GateConfig, compare
 from eval.incidents import CASE_PREFIX, incident_id
 from eval.matching import Unit
-from eval.present import gate_json
 from eval.report import Report, build_report
 from eval.runner import Run, new_run_id, run_set
 from eval.storage import RunStore, SetStore, run_digest
-from service.errors import Busy, Cancelled, Conflict, NotReady, PlumblineError, StoreUnavailable, TimedOut, public
+from eval.verdict import BaselineRef
+from service.errors import (
+    Busy,
+    Cancelled,
+    Conflict,
+    InvalidRequest,
+    NotReady,
+    PlumblineError,
+    StoreUnavailable,
+    TimedOut,
+    public,
+)
 from service.evaluation.incidents import IncidentService
 from service.evaluation.retriever import Evaluation, FilterParser, PipelineRetriever, tenant_cases, unknown_documents
 from service.infra.faults import crash_point
-from service.retrieval.pipeline import SearchParams, SearchPipeline
+from service.options import RunOptions, SearchOverrides
+from service.retrieval.pipeline import SearchParams, SearchPipeline, describe, search_params
+from service.settings import Settings
 from service.state.jobs import Job, JobRecords, LeaseRecords
 
 log = logging.getLogger("plumbline")
@@ -57,6 +70,38 @@ class RunSpec:
     baseline: str | None = None
     tenant: str | None = None  # a tenant-bound caller's: the run sees that tenant's cases and documents only
     baseline_source: str | None = None  # where the baseline was loaded from (eval.storage.RunStore.located)
+
+
+def run_spec(options: RunOptions, s: Settings, pipeline: SearchPipeline) -> RunSpec:
+    """The run `options` asks for, over `pipeline` and the served configuration; a monitoring run that overrides
+    anything is an `InvalidRequest`."""
+    if options.search.given and options.monitoring:
+        raise InvalidRequest(
+            "a monitoring run replays the served configuration: drop `overrides`, or run it as an experiment"
+        )
+    base = search_params(s, options.search, reranker_configured=pipeline.reranker is not None)
+    return RunSpec(
+        pipeline,
+        base,
+        options.set_name,
+        tuple(options.ks),
+        options.unit,
+        _run_params(base, options.search),
+        options.gate or GateConfig(fail_on_regressed=s.fail_on_regressed_incidents),
+        kind="experiment" if options.search.given else ("monitoring" if options.monitoring else "manual"),
+        baseline=options.baseline,
+        tenant=options.tenant,
+    )
+
+
+def _run_params(params: SearchParams, asked: SearchOverrides) -> dict[str, Any]:
+    """The search parameters an eval run records (per-query fields left out), and the overrides asked for."""
+    out = describe(params, asked)
+    for per_query in ("k", "explain", "distinct_docs"):
+        del out[per_query]
+    if asked.given:
+        out["overrides"] = copy.deepcopy(dict(asked.given))
+    return out
 
 
 @dataclass(frozen=True)
@@ -291,7 +336,7 @@ class EvalService:
         run = replace(run, incident_outcomes={f"{CASE_PREFIX}{i}": outcome for i, outcome in outcomes.items()})
         gate = compare(run, reference, spec.gate_config) if reference else None
         if gate is not None and reference is not None:
-            run = replace(run, gate={**gate_json(gate), "baseline": self._baseline_identity(spec, reference)})
+            run = replace(run, gate=replace(gate, baseline=self._baseline_identity(spec, reference)))
         self.reserve_space(4096 * len(run.cases))
         self.runs.save(run)
         if jobs is not None:  # stored: its report is what GET /eval/runs/{id} shows from now on
@@ -305,17 +350,17 @@ class EvalService:
             spec.kind,
             spec.set_name,
             len(run.cases),
-            run.gate["verdict"] if run.gate else "none",
+            run.gate.verdict if run.gate else "none",
         )
         warnings = unknown_documents(spec.pipeline.store, cases, spec.tenant)
         if "shadowing" in str(spec.params_record.get("set_source")):
             warnings.append(f"set {spec.set_name!r} is a stored set shadowing the packaged one of that name")
         return Evaluation(run, build_report(run), gate, tuple(warnings))
 
-    def _baseline_identity(self, spec: RunSpec, reference: Run) -> dict[str, str | None]:
+    def _baseline_identity(self, spec: RunSpec, reference: Run) -> BaselineRef:
         """What a verdict was compared with: the baseline's name, run id, content hash, and where it came from."""
         source = spec.baseline_source or "file"  # as loaded: a promotion during the run does not relabel it
-        return {"name": spec.baseline, "run_id": reference.run_id, "sha256": run_digest(reference), "source": source}
+        return BaselineRef(spec.baseline, reference.run_id, run_digest(reference), source)
 
     def _progress(
         self,
@@ -433,13 +478,13 @@ class EvalService:
 
     def _load_monitored(self, run_id: str) -> Monitored:
         run = self.runs.get(run_id)
-        named = (run.gate or {}).get("baseline") or {}
+        named = run.gate.baseline if run.gate else None
         reference = None
-        if named.get("name"):
+        if named is not None and named.name:
             with suppress(UnknownName):  # the baseline as it is now, if it is still the one the run was gated against
-                reference = self.runs.baseline(named["name"])
-            if reference is None or reference.run_id != named.get("run_id"):
+                reference = self.runs.baseline(named.name)
+            if reference is None or reference.run_id != named.run_id:
                 reference = None
                 with suppress(UnknownName):  # replaced since: the run it was, if that run is stored
-                    reference = self.runs.get(named["run_id"])
+                    reference = self.runs.get(named.run_id) if named.run_id else None
         return Monitored(Evaluation(run, build_report(run), None), build_report(reference) if reference else None)

@@ -12,47 +12,89 @@ eval runner uses it, so a set is replayed through exactly the code that serves `
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from service.domain import FusionMethod, Hit, Mode, StageScore
 from service.errors import InvalidRequest
 from service.filters import FilterSpec, build_filter
+from service.options import SearchOverrides
 from service.retrieval import fusion
 from service.retrieval.candidates import TIE_MARGIN
 from service.retrieval.embedding import Embedder
 from service.retrieval.gather import Ask, Found, Timer, gather
 from service.retrieval.rerank import Reranker
 from service.retrieval.sparse import Bm25Encoder
+from service.settings import Settings
 from service.stores.base import DENSE, SPARSE, VectorQuery, VectorStore
 from service.stores.payload import hit_from_payload
 
 RERANK_OFF = "rerank was requested but no cross-encoder is configured (set PLUMBLINE_RERANK_MODEL); not reranked"
 
 
+# the search defaults as `Settings` declares them (the environment aside): the one definition of each
+_DECLARED: dict[str, Any] = {name: f.default for name, f in Settings.model_fields.items() if name.startswith("default")}
+
+
 @dataclass(frozen=True)
 class SearchParams:
-    """Effective parameters of one search (defaults are the service's, see `Settings`).
+    """Effective parameters of one search; the defaults are those `Settings` declares, for a service without a
+    cross-encoder (`search_params` applies the configured ones).
 
     Example:
         >>> SearchParams(k=5, mode=Mode.KEYWORD).fresh_only
         True
     """
 
-    k: int = 10
-    mode: Mode = Mode.HYBRID
-    fusion: FusionMethod = FusionMethod.WEIGHTED
-    alpha: float = 0.5
-    rrf_k: int = 60
-    candidates: int = 100
-    rerank: bool = False
-    rerank_depth: int = 20
+    k: int = _DECLARED["default_k"]
+    mode: Mode = _DECLARED["default_mode"]
+    fusion: FusionMethod = _DECLARED["default_fusion"]
+    alpha: float = _DECLARED["default_alpha"]
+    rrf_k: int = _DECLARED["default_rrf_k"]
+    candidates: int = _DECLARED["default_candidates"]
+    rerank: bool = False  # `Settings.default_rerank` applies only where a cross-encoder is configured
+    rerank_depth: int = _DECLARED["default_rerank_depth"]
     filters: FilterSpec = field(default_factory=FilterSpec)
     fresh_only: bool = True
     explain: bool = False
     distinct_docs: bool = False  # at most one hit per document (its best chunk)
+
+
+def search_params(
+    s: Settings,
+    asked: SearchOverrides,
+    *,
+    reranker_configured: bool,
+    k: int | None = None,
+    explain: bool = False,
+    distinct_docs: bool = False,
+) -> SearchParams:
+    """The search `asked` for, each knob it leaves out taking the service's default."""
+    return SearchParams(
+        k=k if k is not None else s.default_k,
+        mode=asked.mode or s.default_mode,
+        fusion=asked.fusion or s.default_fusion,
+        alpha=asked.alpha if asked.alpha is not None else s.default_alpha,
+        rrf_k=asked.rrf_k if asked.rrf_k is not None else s.default_rrf_k,
+        candidates=asked.candidates if asked.candidates is not None else s.default_candidates,
+        rerank=asked.rerank if asked.rerank is not None else (s.default_rerank and reranker_configured),
+        rerank_depth=asked.rerank_depth if asked.rerank_depth is not None else s.default_rerank_depth,
+        filters=asked.filters,
+        fresh_only=asked.fresh_only,
+        explain=explain,
+        distinct_docs=distinct_docs,
+    )
+
+
+def describe(params: SearchParams, asked: SearchOverrides) -> dict[str, Any]:
+    """Effective parameters as JSON (filters as the caller wrote them), for responses and run records."""
+    out = asdict(params)
+    out["filters"] = copy.deepcopy(dict(asked.given.get("filters", {})))
+    return out
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from eval.storage import (
     run_from_json,
     run_to_json,
 )
-from service.infra.files import write_atomic
+from eval.verdict import GateResult
 from tests.fakes import FakeRecords
 
 from .helpers import case, doc_case, docs, res, run_with
@@ -33,10 +33,6 @@ SET_TEXT = (
     '{"id": "a", "question": "refund window?", "relevant": [{"doc_id": "billing/refunds", "evidence": "30 days"}]}\n'
     '{"id": "b", "question": "vpn LC-419", "relevant": [{"chunk_id": "it/vpn#2", "grade": 2}], "category": "it"}\n'
 )
-
-
-def leftovers(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
 
 
 # -- names ---------------------------------------------------------------------------------------
@@ -51,28 +47,6 @@ def test_valid_names(name: str) -> None:
 def test_invalid_names(name: str) -> None:
     with pytest.raises(EvalError, match="set name"):
         check_name(name, "set")
-
-
-# -- atomic writes -------------------------------------------------------------------------------
-
-
-def test_write_atomic_creates_and_replaces(tmp_path: Path) -> None:
-    target = tmp_path / "deep" / "er" / "f.txt"
-    write_atomic(target, "one\n")
-    assert target.read_text(encoding="utf-8") == "one\n"
-    write_atomic(target, "two — 二\n")
-    assert target.read_bytes() == "two — 二\n".encode()
-    assert leftovers(target.parent) == []
-
-
-def test_write_atomic_failure_keeps_the_old_file(tmp_path: Path) -> None:
-    target = tmp_path / "f.txt"
-    target.write_bytes(b"old content\r\n")
-    with pytest.raises(UnicodeEncodeError):
-        write_atomic(target, "half written \ud800")  # a lone surrogate cannot be encoded: fails mid-write
-    assert target.read_bytes() == b"old content\r\n"
-    assert leftovers(tmp_path) == []
-    assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
 
 
 # -- SetStore ------------------------------------------------------------------------------------
@@ -176,8 +150,9 @@ def test_run_json_format() -> None:
         "cases",
     }  # fmt: skip
     assert obj["gate"] is None  # an ungated run
-    gated = dataclasses.replace(sample_run(), gate={"verdict": "fail", "reasons": ["x"]})
-    assert run_from_json(run_to_json(gated)).gate == {"verdict": "fail", "reasons": ["x"]}
+    gated = dataclasses.replace(sample_run(), gate=GateResult(False, ("x",), (), (), 0, ()))
+    assert run_to_json(gated)["gate"]["verdict"] == "fail"
+    assert run_from_json(run_to_json(gated)).gate == gated.gate
     assert obj["k"] == [1, 5, 10]
     first = obj["cases"][0]
     assert set(first) == {
@@ -234,7 +209,7 @@ def test_promote_and_baseline_by_name_or_path(tmp_path: Path) -> None:
     assert store.promote(run.run_id, "main") is None
     assert store.baseline("main") == run
     path = tmp_path / "main.json"
-    write_atomic(path, dump_run(run))
+    path.write_text(dump_run(run), encoding="utf-8")
     with pytest.raises(EvalError, match="baseline name"):  # the API names baselines; only the CLI reads paths
         store.baseline(str(path))
     assert load_baseline(str(path)) == run

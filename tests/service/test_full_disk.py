@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from service.api.schemas import DocumentIn
 from service.index.loaders import iter_documents
+from service.inputs import DocumentIn
 from tests.needs import missing
 from tests.server import ROOT, ServerProcess, plumbline
 

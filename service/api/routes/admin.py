@@ -12,8 +12,8 @@ from service.access.keys import create_key, revoke_key, rotate_key
 from service.api.admin_schemas import AuditOut, AuditPage, KeyIn, KeyOut, NewKeyOut, RotateIn
 from service.api.auth import AUTH_RESPONSES, Admin, audit
 from service.api.deps import RuntimeDep
-from service.api.schemas import UtcDatetime
 from service.errors import NotReady
+from service.inputs import UtcDatetime
 from service.state.schema import iso
 
 router = APIRouter(prefix="/admin", tags=["admin"], responses=AUTH_RESPONSES)

@@ -5,17 +5,14 @@ for another tenant is a 409, and a tenant-bound key sees another tenant's docume
 
 from __future__ import annotations
 
-import datetime as dt
-import uuid
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from service.access.principals import Principal, confine, visible, write_tenant
 from service.api.auth import AUTH_RESPONSES, DocumentReader, Ingester, audit
 from service.api.convert import to_document
-from service.api.deps import IndexDep, RuntimeDep
+from service.api.deps import DocumentsDep, RuntimeDep
 from service.api.schemas import (
     ChunkOut,
     DeleteResponse,
@@ -24,25 +21,19 @@ from service.api.schemas import (
     DocumentSummary,
     IngestRequest,
     IngestResponse,
-    UtcDatetime,
 )
 from service.domain import DocStatus
-from service.errors import InvalidRequest, NotFound
-from service.filters import FilterSpec, build_filter, parse_datetime
-from service.index.index import Index, StoredDocument
+from service.filters import FilterSpec, parse_datetime
+from service.inputs import UtcDatetime
 
 router = APIRouter(tags=["documents"], responses=AUTH_RESPONSES)
 
 
 @router.post("/documents", response_model=IngestResponse)
-def ingest(body: IngestRequest, index: IndexDep, runtime: RuntimeDep, caller: Ingester) -> IngestResponse:
+def ingest(body: IngestRequest, documents: DocumentsDep, runtime: RuntimeDep, caller: Ingester) -> IngestResponse:
     """Index a batch: all or nothing. Re-sending a document id replaces that document atomically; an id another
     tenant holds is a 409. A tenant-bound key writes its own tenant (naming another is a 403)."""
-    docs = [
-        replace(doc, tenant=write_tenant(caller, doc.tenant, f"documents[{n}].tenant"))
-        for n, doc in enumerate(to_document(d) for d in body.documents)
-    ]
-    result = index.ingest(docs)
+    docs, result = documents.ingest(caller, [to_document(d) for d in body.documents])
     if runtime.metrics:
         runtime.metrics.ingested_chunks.inc(result.chunks)
     detail = {"documents": [d.id for d in docs], "chunks": result.chunks, "unchanged": result.unchanged}
@@ -52,7 +43,7 @@ def ingest(body: IngestRequest, index: IndexDep, runtime: RuntimeDep, caller: In
 
 @router.get("/documents", response_model=DocumentPage)
 def list_documents(
-    index: IndexDep,
+    documents: DocumentsDep,
     caller: DocumentReader,
     tenant: str | None = None,
     tags: Annotated[list[str], Query(description="any of these tags (repeat the parameter)")] = [],  # noqa: B006
@@ -67,32 +58,20 @@ def list_documents(
     """Committed documents without their text, filtered, a page at a time in the engine's order (stable while
     nothing is written). A tenant-bound key lists its own tenant's only; naming another is a 403."""
     spec = FilterSpec(tenant, tuple(tags), (), tuple(status), updated_after, updated_before)
-    now = dt.datetime.now(dt.UTC)
-    where = build_filter(confine(caller, spec, "tenant"), fresh_only=False, now=now)
-    entries, after = index.listing(where, _cursor(cursor), limit)
+    page = documents.listing(caller, spec, cursor, limit)
     return DocumentPage(
         documents=[
-            DocumentSummary(**{**asdict(e), "current": parse_datetime(e.fresh_until, "fresh_until") > now})
-            for e in entries
+            DocumentSummary(**{**asdict(e), "current": parse_datetime(e.fresh_until, "fresh_until") > page.now})
+            for e in page.entries
         ],
-        total=index.count_records(where),
-        next_cursor=after,
+        total=page.total,
+        next_cursor=page.next_cursor,
     )
 
 
-def _cursor(value: str | None) -> str | None:
-    """A cursor is a point id the last page returned: a UUID; anything else is a 422, not an engine error."""
-    if value is None:
-        return None
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        raise InvalidRequest("cursor: not a cursor this listing returned; start again without one") from None
-
-
 @router.get("/documents/{doc_id:path}", response_model=DocumentOut)
-def get_document(doc_id: str, index: IndexDep, caller: DocumentReader) -> DocumentOut:
-    stored = _visible(index, doc_id, caller)
+def get_document(doc_id: str, documents: DocumentsDep, caller: DocumentReader) -> DocumentOut:
+    stored = documents.get(caller, doc_id)
     chunks = [
         ChunkOut(chunk_id=c.chunk_id, heading_path=c.heading, start=c.start, end=c.end, text=c.text)
         for c in stored.chunks
@@ -103,15 +82,7 @@ def get_document(doc_id: str, index: IndexDep, caller: DocumentReader) -> Docume
 
 
 @router.delete("/documents/{doc_id:path}", response_model=DeleteResponse)
-def delete_document(doc_id: str, index: IndexDep, runtime: RuntimeDep, caller: Ingester) -> DeleteResponse:
-    deleted = index.delete(doc_id, lambda tenant: visible(caller, tenant))
+def delete_document(doc_id: str, documents: DocumentsDep, runtime: RuntimeDep, caller: Ingester) -> DeleteResponse:
+    deleted = documents.delete(caller, doc_id)
     audit(runtime, caller, "documents.delete", doc_id, {"deleted_chunks": deleted})
     return DeleteResponse(id=doc_id, deleted_chunks=deleted)
-
-
-def _visible(index: Index, doc_id: str, caller: Principal) -> StoredDocument:
-    """The document, if the caller may see it; another tenant's reads exactly like a missing one."""
-    stored = index.get(doc_id)
-    if not visible(caller, stored.document.tenant):
-        raise NotFound(f"no document with id {doc_id!r}")
-    return stored

@@ -7,30 +7,24 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
-from eval.cases import dump_jsonl
 from eval.errors import UnknownName
-from eval.gate import GateConfig
-from eval.present import report_json
+from eval.present import EvalReportOut, report_json
 from eval.report import build_report
-from eval.runner import Run
 from eval.trec import trec_run_lines
-from service.access.principals import Principal, require
 from service.api.auth import AUTH_RESPONSES, EvalAdmin, EvalRunner, audit
-from service.api.convert import run_spec
-from service.api.deps import EvalsDep, IndexDep, PipelineDep, RuntimeDep, SettingsDep
+from service.api.convert import run_options
+from service.api.deps import EvaluationsDep, IndexDep, PipelineDep, RuntimeDep, SettingsDep
 from service.api.schemas import (
     BaselineRequest,
     BaselineResponse,
     EvalJobOut,
-    EvalReportOut,
     EvalRunRequest,
     ProgressOut,
     RunSummary,
     SetSummary,
 )
-from service.errors import Conflict, Forbidden, InvalidRequest, NotFound
-from service.evaluation.retriever import tenant_cases, unknown_documents
-from service.evaluation.runs import EvalService
+from service.evaluation.retriever import unknown_documents
+from service.state.jobs import Job
 
 router = APIRouter(prefix="/eval", tags=["eval"], responses=AUTH_RESPONSES)
 
@@ -42,7 +36,7 @@ router = APIRouter(prefix="/eval", tags=["eval"], responses=AUTH_RESPONSES)
 )
 def run_eval(
     body: EvalRunRequest,
-    evals: EvalsDep,
+    evaluations: EvaluationsDep,
     pipeline: PipelineDep,
     settings: SettingsDep,
     response: Response,
@@ -53,50 +47,22 @@ def run_eval(
     answer 202 at once: GET /eval/runs/{id} shows the progress, then the report. A tenant-bound key's run replays
     the set's cases for its tenant over its tenant's documents, and cannot be a monitoring run; a monitoring run
     needs `eval:admin`."""
-    if body.monitoring:
-        if caller.tenant is not None:
-            raise Forbidden("a monitoring run covers every tenant: a tenant-bound key cannot start one")
-        # it feeds the gauges and alerts with its own tolerance and baseline: not for a key that merely runs evals
-        require(caller, ("eval:admin",), "a monitoring run")
-    config = GateConfig(
-        metrics=tuple(body.metrics),
-        tolerance=body.tolerance if body.tolerance is not None else GateConfig().tolerance,
-        require_significance=body.require_significance,
-        fail_on_regressed=(
-            body.fail_on_regressed_incidents
-            if body.fail_on_regressed_incidents is not None
-            else settings.fail_on_regressed_incidents
-        ),
-    )
-    spec = run_spec(
-        body.overrides,
-        settings,
-        pipeline,
-        set_name=body.set,
-        ks=body.k,
-        unit=body.unit,
-        gate_config=config,
-        monitoring=body.monitoring,
-        baseline=body.baseline,
-        tenant=caller.tenant,
-    )
+    options = run_options(body, settings)
     if body.run_async:
-        run_id = evals.submit(spec)
+        spec, run_id = evaluations.submit(caller, options, pipeline)
         audit(runtime, caller, "eval.run", run_id, {"set": body.set, "kind": spec.kind, "async": True})
         response.status_code = status.HTTP_202_ACCEPTED
         response.headers["Location"] = f"/eval/runs/{run_id}"
-        return _job_out(evals, run_id, caller)
-    ev = evals.evaluate(spec)
-    if ev is None:  # only a scheduled run asks to run just when due
-        raise Conflict("the run was not due")
-    gate = ev.run.gate["verdict"] if ev.run.gate else None
+        return _job_out(evaluations.job(caller, run_id))
+    spec, ev = evaluations.run(caller, options, pipeline)
+    gate = ev.run.gate.verdict if ev.run.gate else None
     audit(runtime, caller, "eval.run", ev.run.run_id, {"set": body.set, "kind": spec.kind, "gate": gate})
     return {**report_json(ev.run, ev.report, ev.gate, cases=body.include_cases), "warnings": list(ev.warnings)}
 
 
 @router.get("/runs", response_model=list[RunSummary])
 def list_runs(
-    evals: EvalsDep,
+    evaluations: EvaluationsDep,
     caller: EvalRunner,
     set: str | None = None,
     kind: Literal["monitoring", "manual", "experiment"] | None = None,
@@ -117,47 +83,33 @@ def list_runs(
             gate=r.gate,
             overrides=dict(r.params.get("overrides", {})),
         )
-        for r in evals.runs.summaries(limit, offset, set, kind, caller.tenant)
+        for r in evaluations.runs(caller, limit, offset, set, kind)
     ]
 
 
 @router.get("/runs/{run_id}", response_model=EvalReportOut | EvalJobOut)
 def get_run(
-    run_id: str, evals: EvalsDep, caller: EvalRunner, include_cases: bool = True
+    run_id: str, evaluations: EvaluationsDep, caller: EvalRunner, include_cases: bool = True
 ) -> dict[str, Any] | EvalJobOut:
     """A finished run's report; for a run still going (or one that ended without a report), its status and
     progress."""
     try:
-        run = _visible_run(evals, run_id, caller)
+        run = evaluations.stored_run(caller, run_id)
     except UnknownName:  # not stored (yet): a run in progress, or one that ended without a report
-        return _job_out(evals, run_id, caller)
+        return _job_out(evaluations.job(caller, run_id))
     return report_json(run, build_report(run), None, cases=include_cases)
 
 
 @router.post("/runs/{run_id}/cancel", response_model=EvalJobOut, status_code=status.HTTP_202_ACCEPTED)
-def cancel_run(run_id: str, evals: EvalsDep, runtime: RuntimeDep, caller: EvalRunner) -> EvalJobOut:
+def cancel_run(run_id: str, evaluations: EvaluationsDep, runtime: RuntimeDep, caller: EvalRunner) -> EvalJobOut:
     """Stop a background run before its next batch of questions (on whichever replica runs it); 409 if it is not
     running. Only an `eval:admin` key may stop a monitoring run."""
-    job = _job_out(evals, run_id, caller)
-    if job.kind == "monitoring":
-        require(caller, ("eval:admin",), "cancelling a monitoring run")
-    evals.cancel(run_id)
-    audit(runtime, caller, "eval.cancel", run_id, {"set": job.set})
-    return _job_out(evals, run_id, caller)
+    job = evaluations.cancel(caller, run_id)
+    audit(runtime, caller, "eval.cancel", run_id, {"set": job.set_name})
+    return _job_out(evaluations.job(caller, run_id))
 
 
-def _visible_run(evals: EvalService, run_id: str, caller: Principal) -> Run:
-    """A stored run the caller may read: a tenant-bound key reads its tenant's runs only (others are absent)."""
-    run = evals.runs.get(run_id)
-    if caller.tenant is not None and run.tenant != caller.tenant:
-        raise NotFound(f"no run with id {run_id!r}")
-    return run
-
-
-def _job_out(evals: EvalService, run_id: str, caller: Principal) -> EvalJobOut:
-    job = evals.job(run_id)
-    if job is None or (caller.tenant is not None and job.tenant != caller.tenant):
-        raise NotFound(f"no run with id {run_id!r}")
+def _job_out(job: Job) -> EvalJobOut:
     return EvalJobOut(
         run_id=job.run_id,
         status=job.status if job.status != "done" else "running",  # a report is what a finished run shows
@@ -173,53 +125,43 @@ def _job_out(evals: EvalService, run_id: str, caller: Principal) -> EvalJobOut:
 
 
 @router.get("/runs/{run_id}/trec")
-def get_run_trec(run_id: str, evals: EvalsDep, caller: EvalRunner) -> Response:
+def get_run_trec(run_id: str, evaluations: EvaluationsDep, caller: EvalRunner) -> Response:
     """The run in TREC format, for trec_eval / pytrec_eval / ranx."""
-    run = _visible_run(evals, run_id, caller)
+    run = evaluations.stored_run(caller, run_id)
     return Response("".join(line + "\n" for line in trec_run_lines(run)), media_type="text/plain")
 
 
 @router.post("/baselines", response_model=BaselineResponse, status_code=status.HTTP_201_CREATED)
-def promote(body: BaselineRequest, evals: EvalsDep, runtime: RuntimeDep, caller: EvalAdmin) -> BaselineResponse:
+def promote(
+    body: BaselineRequest, evaluations: EvaluationsDep, runtime: RuntimeDep, caller: EvalAdmin
+) -> BaselineResponse:
     """Promote a run to a named baseline; an existing one needs `replace: true` and is kept in history. A packaged
     baseline's name is read-only; `shadow: true` (the admin role) hides it deliberately."""
-    if body.shadow:
-        require(caller, ("admin",), "shadowing a packaged baseline")
-    if evals.runs.get(body.run_id).tenant is not None:
-        raise InvalidRequest(f"run {body.run_id} was confined to one tenant: it cannot be a baseline for all")
-    replaced = evals.runs.promote(body.run_id, body.name, replace=body.replace, shadow=body.shadow)
+    replaced = evaluations.promote(caller, body.run_id, body.name, replace=body.replace, shadow=body.shadow)
     detail = {"run_id": body.run_id, "replaced": replaced, "shadow": body.shadow}
     audit(runtime, caller, "baseline.promote", body.name, detail)
     return BaselineResponse(name=body.name, run_id=body.run_id, replaced=replaced)
 
 
 @router.get("/sets", response_model=list[SetSummary])
-def list_sets(evals: EvalsDep, caller: EvalRunner) -> list[SetSummary]:
+def list_sets(evaluations: EvaluationsDep, caller: EvalRunner) -> list[SetSummary]:
     """Every set an eval run can name, with its case count (incidents that count included; for a tenant-bound
     key, the cases its runs would replay) and where it comes from."""
-    return [
-        SetSummary(name=n, cases=len(tenant_cases(evals.cases(n), caller.tenant)), source=evals.sets.source(n))
-        for n in evals.set_names()
-    ]
+    return [SetSummary(name=s.name, cases=s.cases, source=s.source) for s in evaluations.sets(caller)]
 
 
 @router.get("/sets/{name}")
-def export_set(name: str, evals: EvalsDep, caller: EvalRunner, incidents: bool = False) -> Response:
+def export_set(name: str, evaluations: EvaluationsDep, caller: EvalRunner, incidents: bool = False) -> Response:
     """The set as JSON Lines, as stored or packaged; with `incidents=true`, as a run sees it (its counted
     incidents' cases appended). A tenant-bound key gets the cases for its tenant only."""
-    if caller.tenant is not None:
-        cases = evals.cases(name) if incidents else evals.sets.get(name)
-        text = dump_jsonl(tenant_cases(cases, caller.tenant))
-    else:
-        text = dump_jsonl(evals.cases(name)) if incidents else evals.sets.text(name)
-    return Response(text, media_type="application/x-ndjson")
+    return Response(evaluations.export_set(caller, name, incidents=incidents), media_type="application/x-ndjson")
 
 
 @router.put("/sets/{name}", response_model=SetSummary)
 async def import_set(
     name: str,
     request: Request,
-    evals: EvalsDep,
+    evaluations: EvaluationsDep,
     index: IndexDep,
     runtime: RuntimeDep,
     caller: EvalAdmin,
@@ -228,13 +170,8 @@ async def import_set(
     """Replace a set with a JSON Lines body; a malformed one is rejected with its bad line numbers. The set is
     stored even if some cases name documents the index does not hold; `warnings` says which. A packaged set's
     name is read-only (409) unless an admin shadows it deliberately."""
-    if shadow:
-        require(caller, ("admin",), "shadowing a packaged set")
-    try:
-        text = (await request.body()).decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidRequest("the body is not UTF-8 text: send the set as JSON Lines") from None
-    cases = await run_in_threadpool(evals.put_set, name, text, shadow=shadow)
+    body = await request.body()
+    cases = await run_in_threadpool(evaluations.put_set, caller, name, body, shadow=shadow)
     await run_in_threadpool(audit, runtime, caller, "set.put", name, {"cases": len(cases), "shadow": shadow})
     warnings = await run_in_threadpool(unknown_documents, index.store, cases)
-    return SetSummary(name=name, cases=len(cases), warnings=warnings, source=evals.sets.source(name))
+    return SetSummary(name=name, cases=len(cases), warnings=warnings, source=evaluations.evals.sets.source(name))

@@ -7,16 +7,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, status
 from starlette.concurrency import run_in_threadpool
 
-from eval.cases import Label
 from eval.incidents import CASE_PREFIX
-from service.access.principals import Principal, visible, write_tenant
 from service.api.auth import AUTH_RESPONSES, IncidentReader, Reporter, Reviewer, audit
-from service.api.convert import to_params
-from service.api.deps import EvalsDep, IncidentsDep, IndexDep, PipelineDep, RuntimeDep, SettingsDep
+from service.api.deps import IncidentDeskDep, IndexDep, PipelineDep, RuntimeDep
 from service.api.incident_schemas import IncidentCreated, IncidentIn, IncidentOut, IncidentPage, IncidentPatch
-from service.api.schemas import SearchOptions, UtcDatetime
-from service.errors import Forbidden, InvalidRequest, NotFound
-from service.evaluation.incidents import IncidentReport, IncidentService
+from service.evaluation.incidents import IncidentReport
+from service.inputs import UtcDatetime
 from service.state.incidents import Incident
 from service.state.schema import iso
 
@@ -28,12 +24,10 @@ IncidentId = Annotated[int, Path(ge=1, le=MAX_ID)]
 @router.post("", response_model=IncidentCreated, status_code=status.HTTP_201_CREATED)
 async def report_incident(
     body: IncidentIn,
-    incidents: IncidentsDep,
+    desk: IncidentDeskDep,
     index: IndexDep,
     pipeline: PipelineDep,
-    settings: SettingsDep,
     runtime: RuntimeDep,
-    evals: EvalsDep,
     caller: Reporter,
 ) -> dict[str, Any]:
     """Report a failed answer. The same question (after normalising case, width, spacing and punctuation) in the
@@ -41,14 +35,8 @@ async def report_incident(
     report is committed before the 201; the triage replays the question through the live pipeline. A
     tenant-bound key reports for its own tenant."""
     filters = body.filters.model_dump(mode="json", exclude_defaults=True)
-    if "tenant" in filters:
-        filters["tenant"] = write_tenant(caller, filters["tenant"], "filters.tenant")
-    tenant = write_tenant(caller, body.tenant, "tenant")
-    if caller.tenant is not None and body.set is not None and evals.sets.packaged(body.set):
-        raise Forbidden(f"set: {body.set!r} ships with Plumbline; a tenant-bound key reports into another set")
-    report = IncidentReport(**{**body.model_dump(exclude={"filters"}), "tenant": tenant}, filters=filters)
-    base = to_params(SearchOptions(), settings, reranker_configured=pipeline.reranker is not None)
-    done = await run_in_threadpool(incidents.report, report, index, pipeline, base, settings.default_k)
+    report = IncidentReport(**body.model_dump(exclude={"filters"}), filters=filters)
+    done = await run_in_threadpool(desk.report, caller, report, index, pipeline)
     detail = {"merged": done.merged, "set": done.incident.set_name, "reporter": body.reporter}
     await run_in_threadpool(audit, runtime, caller, "incident.report", str(done.incident.id), detail)
     out = incident_json(done.incident)
@@ -57,7 +45,7 @@ async def report_incident(
 
 @router.get("", response_model=IncidentPage)
 async def list_incidents(
-    incidents: IncidentsDep,
+    desk: IncidentDeskDep,
     caller: IncidentReader,
     status: Annotated[str | None, Query(pattern="^(new|accepted|rejected)$")] = None,
     category: str | None = None,
@@ -73,16 +61,15 @@ async def list_incidents(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> dict[str, Any]:
     """Incidents newest first, filtered, a page at a time; a tenant-bound key's, of its tenant only."""
-    if caller.tenant is not None:
-        tenant = write_tenant(caller, tenant, "tenant")
     found = await run_in_threadpool(
-        incidents.records.search,
+        desk.search,
+        caller,
+        tenant=tenant,
         status=status,
         category=category,
         reporter=reporter,
         since=iso(since) if since else None,
         set_name=set,
-        tenant=tenant,
         before=before,
         limit=limit,
     )
@@ -93,16 +80,16 @@ async def list_incidents(
 
 
 @router.get("/{incident_id}", response_model=IncidentOut)
-async def get_incident(incident_id: IncidentId, incidents: IncidentsDep, caller: IncidentReader) -> dict[str, Any]:
+async def get_incident(incident_id: IncidentId, desk: IncidentDeskDep, caller: IncidentReader) -> dict[str, Any]:
     """One incident with every report and its history (who reported, merged, edited, accepted or rejected it)."""
-    return incident_json(await run_in_threadpool(_visible, incidents, incident_id, caller), detail=True)
+    return incident_json(await run_in_threadpool(desk.get, caller, incident_id), detail=True)
 
 
 @router.patch("/{incident_id}", response_model=IncidentOut)
 async def review_incident(
     incident_id: IncidentId,
     body: IncidentPatch,
-    incidents: IncidentsDep,
+    desk: IncidentDeskDep,
     index: IndexDep,
     runtime: RuntimeDep,
     caller: Reviewer,
@@ -110,30 +97,16 @@ async def review_incident(
     """Accept (it becomes case `incident-<id>` of its set and counts in every later run) or reject, with a
     reason; reopen (status new); or edit the question, category, labels or filters. The reviewer is recorded,
     and the key that made the change in the audit log."""
-    await run_in_threadpool(_visible, incidents, incident_id, caller)
-    if body.filters is not None and body.filters.tenant is not None:
-        write_tenant(caller, body.filters.tenant, "filters.tenant")
     changes: dict[str, Any] = body.model_dump(exclude_unset=True, exclude={"reviewer", "labels", "filters"})
     if body.labels is not None:
-        try:
-            changes["labels"] = [Label(**label.model_dump(exclude_none=True)) for label in body.labels]
-        except ValueError as exc:
-            raise InvalidRequest(f"labels: {exc}") from None
+        changes["labels"] = [label.model_dump(exclude_none=True) for label in body.labels]
     if body.filters is not None:
         changes["filters"] = body.filters.model_dump(mode="json", exclude_defaults=True)
-    updated = await run_in_threadpool(incidents.review, incident_id, body.reviewer, changes, index)
+    updated = await run_in_threadpool(desk.review, caller, incident_id, body.reviewer, changes, index)
     detail = {"reviewer": body.reviewer, **{k: v for k, v in changes.items() if k in ("status", "reason")}}
     detail["changed"] = sorted(changes)
     await run_in_threadpool(audit, runtime, caller, "incident.review", str(incident_id), detail)
     return incident_json(updated, detail=True)
-
-
-def _visible(incidents: IncidentService, incident_id: int, caller: Principal) -> Incident:
-    """The incident, if the caller may see it: another tenant's reads like a missing one."""
-    incident = incidents.records.get(incident_id)
-    if not visible(caller, incident.tenant):
-        raise NotFound(f"no incident {incident_id}")
-    return incident
 
 
 def incident_json(i: Incident, *, detail: bool = False) -> dict[str, Any]:

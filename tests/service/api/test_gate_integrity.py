@@ -13,8 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from eval.storage import PACKAGE_DIR, load_run, run_digest
-from service.api.schemas import DocumentIn
 from service.index.loaders import iter_documents
+from service.inputs import DocumentIn
 from service.settings import Settings
 from tests.conftest import HANDBOOK
 from tests.service.api.access_helpers import auth, make_key, secured_client

@@ -13,15 +13,16 @@ from eval.errors import EvalError
 from eval.gate import GateConfig, compare
 from eval.runner import CaseResult, Query, run_set
 from eval.storage import RunStore, SetStore, load_baseline, load_set, run_digest
-from service.api.convert import parse_filters, to_params
-from service.api.schemas import SearchOptions
 from service.domain import Mode
 from service.errors import Busy, InvalidRequest
 from service.evaluation.gauges import EvalGaugeCollector
 from service.evaluation.retriever import PipelineRetriever
 from service.evaluation.runs import EvalService, RunSpec
+from service.filters import parse_filters
 from service.index.index import Index
-from service.retrieval.pipeline import SearchParams, SearchPipeline
+from service.inputs import SearchOptions
+from service.options import SearchOverrides
+from service.retrieval.pipeline import SearchParams, SearchPipeline, search_params
 from service.settings import Settings
 from service.state import open_state
 
@@ -68,7 +69,7 @@ def test_the_committed_baseline_passes_against_a_fresh_run(pipeline: SearchPipel
     options = SearchOptions.model_validate(
         {k: v for k, v in baseline.params.items() if k in SearchOptions.model_fields}
     )
-    base = to_params(options, Settings(), reranker_configured=False)
+    base = search_params(Settings(), SearchOverrides.of(options), reranker_configured=False)
     run = run_set(
         cases, PipelineRetriever(pipeline, base, parse_filters), set_name=name, ks=baseline.ks, unit=baseline.unit
     )

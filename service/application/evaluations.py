@@ -1,0 +1,114 @@
+"""Eval runs, sets and baselines as a caller may use them. A tenant-bound key's runs replay its tenant's cases over
+its tenant's documents; it sees its own tenant's runs and cases only (other runs read as absent) and cannot start a
+monitoring run. A monitoring run, and cancelling one, need `eval:admin`; shadowing a packaged set or baseline,
+`admin`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from eval.cases import Case, dump_jsonl
+from eval.runner import Run
+from eval.storage import RunSummary
+from service.access.principals import Principal, require
+from service.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from service.evaluation.retriever import Evaluation, tenant_cases
+from service.evaluation.runs import EvalService, RunSpec, run_spec
+from service.options import RunOptions
+from service.retrieval.pipeline import SearchPipeline
+from service.settings import Settings
+from service.state.jobs import Job
+
+
+@dataclass(frozen=True)
+class SetInfo:
+    name: str
+    cases: int  # the cases the caller's runs would replay, counted incidents included
+    source: str | None
+
+
+class Evaluations:
+    def __init__(self, evals: EvalService, settings: Settings) -> None:
+        self.evals = evals
+        self.settings = settings
+
+    def _spec(self, caller: Principal, options: RunOptions, pipeline: SearchPipeline) -> RunSpec:
+        if options.monitoring:
+            if caller.tenant is not None:
+                raise Forbidden("a monitoring run covers every tenant: a tenant-bound key cannot start one")
+            # it feeds the gauges and alerts with its own tolerance and baseline: not for a key that merely runs evals
+            require(caller, ("eval:admin",), "a monitoring run")
+        return run_spec(replace(options, tenant=caller.tenant), self.settings, pipeline)
+
+    def run(self, caller: Principal, options: RunOptions, pipeline: SearchPipeline) -> tuple[RunSpec, Evaluation]:
+        """Run the set and wait (within the service's time limit)."""
+        spec = self._spec(caller, options, pipeline)
+        ev = self.evals.evaluate(spec)
+        if ev is None:  # only a scheduled run asks to run just when due
+            raise Conflict("the run was not due")
+        return spec, ev
+
+    def submit(self, caller: Principal, options: RunOptions, pipeline: SearchPipeline) -> tuple[RunSpec, str]:
+        """Start the run in the background; its id."""
+        spec = self._spec(caller, options, pipeline)
+        return spec, self.evals.submit(spec)
+
+    def job(self, caller: Principal, run_id: str) -> Job:
+        """A background run's state, if the caller may see it."""
+        job = self.evals.job(run_id)
+        if job is None or (caller.tenant is not None and job.tenant != caller.tenant):
+            raise NotFound(f"no run with id {run_id!r}")
+        return job
+
+    def stored_run(self, caller: Principal, run_id: str) -> Run:
+        """A stored run the caller may read: a tenant-bound key reads its tenant's runs only (others are absent)."""
+        run = self.evals.runs.get(run_id)
+        if caller.tenant is not None and run.tenant != caller.tenant:
+            raise NotFound(f"no run with id {run_id!r}")
+        return run
+
+    def runs(
+        self, caller: Principal, limit: int, offset: int, set_name: str | None, kind: str | None
+    ) -> list[RunSummary]:
+        return self.evals.runs.summaries(limit, offset, set_name, kind, caller.tenant)
+
+    def cancel(self, caller: Principal, run_id: str) -> Job:
+        """Ask a background run to stop; the job as it was."""
+        job = self.job(caller, run_id)
+        if job.kind == "monitoring":
+            require(caller, ("eval:admin",), "cancelling a monitoring run")
+        self.evals.cancel(run_id)
+        return job
+
+    def promote(self, caller: Principal, run_id: str, name: str, *, replace: bool, shadow: bool) -> str | None:
+        """Promote a run over every tenant to baseline `name`; the run id it replaced, if any."""
+        if shadow:
+            require(caller, ("admin",), "shadowing a packaged baseline")
+        if self.evals.runs.get(run_id).tenant is not None:
+            raise InvalidRequest(f"run {run_id} was confined to one tenant: it cannot be a baseline for all")
+        return self.evals.runs.promote(run_id, name, replace=replace, shadow=shadow)
+
+    def sets(self, caller: Principal) -> list[SetInfo]:
+        return [
+            SetInfo(n, len(tenant_cases(self.evals.cases(n), caller.tenant)), self.evals.sets.source(n))
+            for n in self.evals.set_names()
+        ]
+
+    def export_set(self, caller: Principal, name: str, *, incidents: bool) -> str:
+        """The set as JSON Lines, as stored or packaged, or with `incidents` as a run sees it; for a tenant-bound key,
+        its tenant's cases only."""
+        evals = self.evals
+        if caller.tenant is not None:
+            cases = evals.cases(name) if incidents else evals.sets.get(name)
+            return dump_jsonl(tenant_cases(cases, caller.tenant))
+        return dump_jsonl(evals.cases(name)) if incidents else evals.sets.text(name)
+
+    def put_set(self, caller: Principal, name: str, body: bytes, *, shadow: bool) -> list[Case]:
+        """Replace a set with a JSON Lines body."""
+        if shadow:
+            require(caller, ("admin",), "shadowing a packaged set")
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidRequest("the body is not UTF-8 text: send the set as JSON Lines") from None
+        return self.evals.put_set(name, text, shadow=shadow)
