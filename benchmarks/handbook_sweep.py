@@ -23,7 +23,6 @@ from eval.runner import run_set
 from eval.storage import load_set
 from service.domain import FusionMethod, Mode
 from service.evaluation.retriever import PipelineRetriever
-from service.filters import parse_filters
 from service.index.loaders import iter_documents
 from service.retrieval.pipeline import SearchParams
 from service.runtime import Components, Runtime, build_embedder
@@ -63,7 +62,7 @@ def main() -> None:
             for label, params in CONFIGS if size == 1000 else CONFIGS[-2:-1]:
                 run = run_set(
                     cases,
-                    PipelineRetriever(pipeline, replace(params, k=10), parse_filters),
+                    PipelineRetriever(pipeline, replace(params, k=10)),
                     set_name=name,
                     ks=(1, 5, 10),
                 )

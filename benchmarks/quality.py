@@ -33,7 +33,7 @@ from eval.runner import run_set
 from eval.trec import cases_from_qrels, read_qrels, read_queries
 from service.domain import FusionMethod, Mode
 from service.evaluation.retriever import PipelineRetriever
-from service.filters import of_kind, parse_filters
+from service.filters import of_kind
 from service.index.chunking import Chunker, ChunkerConfig
 from service.index.loaders import iter_documents
 from service.retrieval.embedding import Embedder
@@ -77,7 +77,7 @@ def build(name: str, corpus: Path, chunking: ChunkerConfig, settings: Settings, 
 def score(
     pipeline: SearchPipeline, cases: Sequence[Case], params: SearchParams, ks: Sequence[int], unit: Unit
 ) -> dict[str, float]:
-    run = run_set(cases, PipelineRetriever(pipeline, params, parse_filters), set_name="bench", ks=ks, unit=unit)
+    run = run_set(cases, PipelineRetriever(pipeline, params), set_name="bench", ks=ks, unit=unit)
     return mean_metrics(run.cases)
 
 

@@ -34,7 +34,6 @@ from service.errors import (
 from service.evaluation.incidents import IncidentService
 from service.evaluation.runs import EvalService, run_spec
 from service.evaluation.schedule import Scheduler
-from service.filters import parse_filters
 from service.index.chunking import Chunker, ChunkerConfig
 from service.index.index import Index, IndexLimits
 from service.index.loaders import iter_documents
@@ -287,12 +286,11 @@ class Runtime:
                 "`plumbline keys create NAME --role admin`, or set PLUMBLINE_AUTH=off for a local demo"
             )
         self._incidents = IncidentService(
-            self._state.incidents, parse_filters, default_set=s.incident_set, count_new=s.incidents_count_new
+            self._state.incidents, default_set=s.incident_set, count_new=s.incidents_count_new
         )
         self._evals = EvalService(
             SetStore(self._state),
             RunStore(self._state),
-            parse_filters,
             jobs=self._state.jobs,
             leases=self._state.leases,
             incidents=self._incidents,

@@ -21,7 +21,7 @@ from eval.matching import normalize
 from eval.storage import check_name
 from service.errors import InvalidRequest, NotFound, PlumblineError, StoreUnavailable
 from service.evaluation.triage import Triage, triage
-from service.filters import FilterSpec
+from service.filters import FilterSpec, parse_filters
 from service.index.index import Index, StoredDocument
 from service.infra.faults import crash_point
 from service.retrieval.pipeline import SearchParams, SearchPipeline
@@ -64,7 +64,7 @@ class IncidentService:
     incidents not yet reviewed count in eval runs (accepted ones always do, rejected ones never).
 
     Example:
-        >>> service = IncidentService(state.incidents, parse_filters, default_set="handbook")  # doctest: +SKIP
+        >>> service = IncidentService(state.incidents, default_set="handbook")  # doctest: +SKIP
         >>> report = IncidentReport("refund window?", "ann", doc_id="billing/refunds")
         >>> service.report(report, index, pipeline, SearchParams(), k=10).triage.verdict  # doctest: +SKIP
         'ranked_low'
@@ -73,13 +73,11 @@ class IncidentService:
     def __init__(
         self,
         records: IncidentRecords,
-        parse_filters: Callable[[Mapping[str, Any]], FilterSpec],
         *,
         default_set: str = "incidents",
         count_new: bool = False,
     ) -> None:
         self.records = records
-        self.parse_filters = parse_filters
         self.default_set = default_set
         self.count_new = count_new
 
@@ -101,12 +99,12 @@ class IncidentService:
 
     def _check_filters(self, raw: Mapping[str, Any]) -> None:
         try:
-            self.parse_filters(raw)
+            parse_filters(raw)
         except InvalidRequest as exc:
             raise InvalidRequest(f"filters: {exc}") from None
 
     def _spec(self, new: NewReport) -> FilterSpec:
-        spec = self.parse_filters(new.filters)
+        spec = parse_filters(new.filters)
         return replace(spec, tenant=new.tenant) if new.tenant else spec
 
     def _validated(self, r: IncidentReport, index: Index) -> tuple[NewReport, StoredDocument]:

@@ -5,40 +5,33 @@ takes. Also which cases a tenant's run replays, and which labelled documents the
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from eval.cases import Case
 from eval.matching import Retrieved
 from eval.report import Report
 from eval.runner import Query, Run
 from eval.verdict import GateResult
-from service.filters import FilterSpec
+from service.filters import parse_filters
 from service.index import supersession
 from service.retrieval.pipeline import SearchParams, SearchPipeline
 from service.stores.base import VectorStore
 from service.stores.payload import head_point_id
 
-# turns a case's `filters` object into a FilterSpec (`service.filters.parse_filters`, as /search validates them)
-FilterParser = Callable[[Mapping[str, Any]], FilterSpec]
-
 
 class PipelineRetriever:
-    """A `Retriever` over the in-process pipeline, with `base` as the run's search parameters and
-    `parse_filters` turning a case's `filters` object into a FilterSpec (`service.filters.parse_filters`). With
-    `tenant`, every question searches that tenant alone, whatever its case's filters say.
+    """A `Retriever` over the in-process pipeline, with `base` as the run's search parameters and each case's own
+    `filters` validated as /search validates them (`service.filters.parse_filters`). With `tenant`, every question
+    searches that tenant alone, whatever its case's filters say.
 
     Example:
-        >>> r = PipelineRetriever(pipeline, SearchParams(mode=Mode.KEYWORD), parse_filters)  # doctest: +SKIP
+        >>> r = PipelineRetriever(pipeline, SearchParams(mode=Mode.KEYWORD))  # doctest: +SKIP
     """
 
-    def __init__(
-        self, pipeline: SearchPipeline, base: SearchParams, parse_filters: FilterParser, tenant: str | None = None
-    ) -> None:
+    def __init__(self, pipeline: SearchPipeline, base: SearchParams, tenant: str | None = None) -> None:
         self.pipeline = pipeline
         self.base = base
-        self.parse_filters = parse_filters
         self.tenant = tenant
 
     def retrieve(self, queries: Sequence[Query]) -> list[list[Retrieved]]:
@@ -58,7 +51,7 @@ class PipelineRetriever:
     def _params(self, q: Query) -> SearchParams:
         limit = self.pipeline.limits.max_candidates
         wanted = q.k * 3 if q.unit == "doc" else q.k  # collapsing to documents needs a deeper pool
-        filters = self.base.filters.merged(self.parse_filters(q.filters))
+        filters = self.base.filters.merged(parse_filters(q.filters))
         return replace(
             self.base,
             k=q.k,

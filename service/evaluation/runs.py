@@ -38,7 +38,8 @@ from service.errors import (
     public,
 )
 from service.evaluation.incidents import IncidentService
-from service.evaluation.retriever import Evaluation, FilterParser, PipelineRetriever, tenant_cases, unknown_documents
+from service.evaluation.retriever import Evaluation, PipelineRetriever, tenant_cases, unknown_documents
+from service.filters import parse_filters
 from service.infra.faults import crash_point
 from service.options import RunOptions, SearchOverrides
 from service.retrieval.pipeline import SearchParams, SearchPipeline, describe, search_params
@@ -126,7 +127,6 @@ class EvalService:
         self,
         sets: SetStore,
         runs: RunStore,
-        parse_filters: FilterParser,
         *,
         jobs: JobRecords | None = None,
         leases: LeaseRecords | None = None,
@@ -141,7 +141,6 @@ class EvalService:
         self.leases = leases
         self.incidents = incidents
         self.reserve_space = reserve_space  # raises InsufficientStorage before a write the disk cannot take
-        self.parse_filters = parse_filters
         self.max_concurrent = max_concurrent
         self.timeout = timeout
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"  # this process, in leases and jobs
@@ -318,7 +317,7 @@ class EvalService:
         """The one orchestration of an eval run: replay (reporting progress, renewing the lease, honouring a
         deadline or a cancel), gate, store the run with its verdict, record its incident outcomes. Only runs
         of the served configuration (not experiments) decide that an incident passed, so that it can regress."""
-        retriever = PipelineRetriever(spec.pipeline, spec.base, self.parse_filters, spec.tenant)
+        retriever = PipelineRetriever(spec.pipeline, spec.base, spec.tenant)
         check = self._progress(spec, run_id, deadline, progress, jobs)
         run = run_set(
             cases,
@@ -455,7 +454,7 @@ class EvalService:
         """Replace a labelled set; every case's filters must be ones /search accepts (else 422, by line). A
         packaged set's name only with `shadow`."""
         self.reserve_space(2 * len(text.encode()))
-        cases = self.sets.put(name, text, check=lambda case: self.parse_filters(case.filters), shadow=shadow)
+        cases = self.sets.put(name, text, check=lambda case: parse_filters(case.filters), shadow=shadow)
         crash_point("set:written")
         return cases
 

@@ -18,7 +18,6 @@ from service.errors import Busy, InvalidRequest
 from service.evaluation.gauges import EvalGaugeCollector
 from service.evaluation.retriever import PipelineRetriever
 from service.evaluation.runs import EvalService, RunSpec
-from service.filters import parse_filters
 from service.index.index import Index
 from service.inputs import SearchOptions
 from service.options import SearchOverrides
@@ -33,7 +32,7 @@ def pipeline(handbook_index: Index) -> SearchPipeline:
 
 
 def test_case_filters_and_doc_unit_reach_the_pipeline(pipeline: SearchPipeline) -> None:
-    retriever = PipelineRetriever(pipeline, SearchParams(), parse_filters)
+    retriever = PipelineRetriever(pipeline, SearchParams())
     [fjord, docs] = retriever.retrieve(
         [
             Query("expenses receipts", 5, {"tenant": "fjord"}),
@@ -52,7 +51,7 @@ def test_a_superseded_document_retrieved_is_stale(pipeline: SearchPipeline) -> N
     case = Case("c", "remote work policy hybrid stipend", (Label(doc_id=new),), filters={"doc_ids": [old, new]})
 
     def run(params: SearchParams) -> CaseResult:
-        return run_set([case], PipelineRetriever(pipeline, params, parse_filters), set_name="s", ks=(10,)).cases[0]
+        return run_set([case], PipelineRetriever(pipeline, params), set_name="s", ks=(10,)).cases[0]
 
     unfiltered = run(SearchParams(fresh_only=False))
     assert {r.doc_id: r.stale for r in unfiltered.retrieved} == {old: True, new: False}
@@ -70,14 +69,12 @@ def test_the_committed_baseline_passes_against_a_fresh_run(pipeline: SearchPipel
         {k: v for k, v in baseline.params.items() if k in SearchOptions.model_fields}
     )
     base = search_params(Settings(), SearchOverrides.of(options), reranker_configured=False)
-    run = run_set(
-        cases, PipelineRetriever(pipeline, base, parse_filters), set_name=name, ks=baseline.ks, unit=baseline.unit
-    )
+    run = run_set(cases, PipelineRetriever(pipeline, base), set_name=name, ks=baseline.ks, unit=baseline.unit)
     gate = compare(run, baseline, GateConfig())
     assert gate.passed, gate.reasons
     degraded = run_set(
         cases,
-        PipelineRetriever(pipeline, SearchParams(mode=Mode.DENSE, candidates=10), parse_filters),
+        PipelineRetriever(pipeline, SearchParams(mode=Mode.DENSE, candidates=10)),
         set_name=name,
         ks=baseline.ks,
         unit=baseline.unit,
@@ -88,7 +85,7 @@ def test_the_committed_baseline_passes_against_a_fresh_run(pipeline: SearchPipel
 def eval_service(url: str) -> EvalService:
     """An EvalService over a SQLite state store at `url` (a restart, or another replica: a new one on the file)."""
     state = open_state(url)
-    return EvalService(SetStore(state), RunStore(state), parse_filters, jobs=state.jobs, leases=state.leases)
+    return EvalService(SetStore(state), RunStore(state), jobs=state.jobs, leases=state.leases)
 
 
 def spec(pipeline: SearchPipeline, base: SearchParams, kind: str, **kw: Any) -> RunSpec:
@@ -183,7 +180,7 @@ def test_metrics_still_answer_when_the_state_store_is_unreachable(tmp_path: Path
 
     (tmp_path / "gone").mkdir()
     state = open_state(f"sqlite:///{tmp_path / 'gone' / 'state.db'}")
-    service = EvalService(SetStore(state), RunStore(state), parse_filters)
+    service = EvalService(SetStore(state), RunStore(state))
     registry = CollectorRegistry()
     registry.register(EvalGaugeCollector(lambda: service, {"handbook": 3600}))
     registry.register(IncidentGaugeCollector(lambda: state))
