@@ -1,11 +1,23 @@
 """Plumbline, the service: hybrid retrieval that measures itself.
 
-One subpackage per job; the arrows say what each may import (nothing imports upward, and `eval/` imports nothing
-from here):
+One subpackage per job, in layers: a package imports only from the lines below its own (`tests/test_layout.py`
+checks it; `eval/`, the evaluation library, imports nothing from here):
 
-    api/ ──► application/ ──► evaluation/ ──► index/ ──► retrieval/ ──► stores/ ──► the foundations
-    api/, cli/ ──► runtime      │   access/ ──► state/ ──► infra/
-                                └──► eval/ (the evaluation library)
+    api/, cli/          HTTP; the `plumbline` command (only `plumbline serve` reaches into api/, to build the app)
+    application/        each use case as a caller may make it
+    runtime             the composition root
+    evaluation/         runs, gauges, schedule, incidents, triage
+    index/              the write side: parse, chunk, load, Index, supersession, integrity, upgrade, transfer
+    access/             principals and API keys
+    retrieval/          tokenizer, BM25, models, rerank, fusion, gather, SearchPipeline
+    settings            configuration
+    stores/             the vector-store contract, its payload schema and adapters
+    state/              the state store
+    options             what a search or a run is asked for
+    filters             request filters and the engine-neutral condition tree
+    inputs, infra/      input validation; logs, metrics, lock, atomic files, kill points
+    errors, domain      domain errors and data types
+    eval                the evaluation library
 
 - `settings`, `domain`, `errors`, `filters`, `inputs`, `options`: the foundations every job shares (configuration,
   the frozen data types, the domain errors, request filters and the engine-neutral condition tree, the input models

@@ -3,6 +3,8 @@
 
 - `service.api` is HTTP only: nothing outside it imports it, except the `serve` command, which builds the app;
 - `eval` (the evaluation library) imports nothing from `service`;
+- every import goes down the layers (`LAYERS`, the order `service/__init__.py` draws): a package imports only from
+  packages below it;
 - no two modules import each other, directly or through others.
 """
 
@@ -16,6 +18,24 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("service", "eval")
 # the one way into the HTTP layer from outside it: `plumbline serve` builds the app (service/cli/main.py, _serve)
 API_ENTRY = {("service.cli.main", "service.api.app")}
+# bottom to top: a package may import from the packages on lower lines only (those on one line: from none another)
+LAYERS = (
+    ("eval",),
+    ("service.errors", "service.domain"),
+    ("service.inputs", "service.infra"),
+    ("service.filters",),
+    ("service.options",),
+    ("service.state",),
+    ("service.stores",),
+    ("service.settings",),
+    ("service.retrieval",),
+    ("service.access",),
+    ("service.index",),
+    ("service.evaluation",),
+    ("service.runtime",),
+    ("service.application",),
+    ("service.api", "service.cli"),
+)
 
 
 def modules() -> dict[str, Path]:
@@ -124,6 +144,28 @@ def test_the_eval_library_imports_nothing_from_the_service() -> None:
         (s, t) for s, ts in edges.items() if s.split(".")[0] == "eval" for t in ts if t.startswith("service")
     )
     assert offending == []
+
+
+def layer(module: str) -> tuple[str, int]:
+    """The package of `module` as `LAYERS` names it, and its height."""
+    for height, packages in enumerate(LAYERS):
+        for package in packages:
+            if module == package or module.startswith(package + "."):
+                return package, height
+    raise AssertionError(f"{module} is in no layer: add its package to LAYERS")
+
+
+def test_every_import_goes_down_the_layers() -> None:
+    upward = sorted(
+        (source, target)
+        for source, targets in graph().items()
+        if source != "service"
+        for target in targets
+        if layer(source)[0] != layer(target)[0]
+        and layer(target)[1] >= layer(source)[1]
+        and (source, target) not in API_ENTRY
+    )
+    assert upward == []
 
 
 def test_no_import_circles() -> None:

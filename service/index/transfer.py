@@ -28,11 +28,10 @@ from sqlalchemy import Table, func, insert, select, text
 
 from service.errors import Conflict, InvalidRequest, PlumblineError
 from service.filters import Clause
-from service.retrieval.sparse import SparseVector
 from service.state import StateStore
 from service.state import schema as t
 from service.state.tx import writing
-from service.stores.base import StorePoint, VectorStore
+from service.stores.base import SparseVector, StorePoint, VectorStore
 from service.stores.payload import MANIFEST_ID
 
 FORMAT = "plumbline-export"

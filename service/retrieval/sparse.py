@@ -12,18 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from service.retrieval.tokenizer import Tokenizer, term_id
-
-
-@dataclass(frozen=True)
-class SparseVector:
-    """Sorted, unique term ids with their weights."""
-
-    indices: tuple[int, ...]
-    values: tuple[float, ...]
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.indices
+from service.stores.base import SparseVector
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from enum import StrEnum
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from service.filters import Clause, Condition, DateRange, HasId, Match, MatchAny, NumberRange
-from service.retrieval.sparse import SparseVector
 from service.stores.payload import head_point_id
 
 R = TypeVar("R")
@@ -27,6 +26,18 @@ VectorName = Literal["dense", "bm25"]
 # Payload fields of candidates: enough to fuse and to drop stale generations; the rest is fetched
 # for the final hits only.
 CANDIDATE_FIELDS = ("chunk_id", "doc_id", "gen")
+
+
+@dataclass(frozen=True)
+class SparseVector:
+    """Sorted, unique term ids with their weights (a chunk's BM25 vector: `service.retrieval.sparse`)."""
+
+    indices: tuple[int, ...]
+    values: tuple[float, ...]
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.indices
 
 
 class FieldType(StrEnum):

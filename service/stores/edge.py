@@ -28,12 +28,12 @@ import qdrant_edge as qe
 from service.errors import PlumblineError, StoreUnavailable, public
 from service.filters import Clause, Match, MatchAny, NumberRange, of_kind
 from service.infra.faults import crash_point
-from service.retrieval.sparse import SparseVector
 from service.stores.base import (
     CANDIDATE_FIELDS,
     DENSE,
     PAYLOAD_INDEXES,
     ScoredPoint,
+    SparseVector,
     StorePoint,
     VectorQuery,
     committed_generations,

@@ -26,6 +26,7 @@ Costs: twice the memory and disk, every write applied twice, a pickled round tri
 from __future__ import annotations
 
 import fcntl
+import io
 import logging
 import os
 import pickle
@@ -407,9 +408,19 @@ def _engine_process(path: str, conn: Connection, lock_wait: float, graph_from: i
         os.close(lock)  # lets a restarted server's engine process open the copy
 
 
+# where the classes a logged write may hold lived before the service was grouped by job: a write logged by an older
+# version before a crash is still applied after an upgrade
+MOVED = {("service.sparse", "SparseVector"): ("service.stores.base", "SparseVector")}
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        return super().find_class(*MOVED.get((module, name), (module, name)))
+
+
 def _dispatch(store: EdgeStore, request: bytes) -> Any:
     """Run a pickled `(method, args, kwargs)` call (a logged write, or a request over the pipe) on `store`."""
-    name, args, kwargs = pickle.loads(request)
+    name, args, kwargs = _Unpickler(io.BytesIO(request)).load()
     return getattr(store, name)(*args, **kwargs)
 
 

@@ -31,7 +31,6 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from service.errors import StoreUnavailable, StoreUnreachable
 from service.filters import Clause, NumberRange
-from service.retrieval.sparse import SparseVector
 from service.stores.base import (
     CANDIDATE_FIELDS,
     DENSE,
@@ -39,6 +38,7 @@ from service.stores.base import (
     SPARSE,
     FieldType,
     ScoredPoint,
+    SparseVector,
     StorePoint,
     VectorQuery,
     committed_generations,
