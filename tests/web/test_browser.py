@@ -19,7 +19,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.web.conftest import Service
 
-pytestmark = pytest.mark.process
+pytestmark = [pytest.mark.process, pytest.mark.browser]
 WAIT = 60
 UNLABELLED = """return [...document.querySelectorAll('input, select, textarea')]
   .filter(el => el.type !== 'hidden' && !el.closest('[hidden]'))

@@ -192,6 +192,7 @@ def _listed(client: TestClient, **params: object) -> list[str]:
     raise AssertionError("the listing never ended")
 
 
+@pytest.mark.parametrize("index_copies", [1, pytest.param(2, marks=pytest.mark.engine)])  # crosses to the engine
 def test_list_documents_pages_and_filters(client: TestClient) -> None:
     many = [
         {**DOC, "id": f"doc/{n}", "tags": ["even" if n % 2 == 0 else "odd"], "updated_at": f"2026-0{1 + n % 9}-01"}

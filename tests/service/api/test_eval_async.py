@@ -28,7 +28,9 @@ def embedder() -> GatedFakeEmbedder:
 
 @pytest.fixture
 def client(tmp_path: Path, embedder: GatedFakeEmbedder) -> Iterator[TestClient]:
-    app = create_app(Settings(data_dir=tmp_path / "data"), components=Components(embedder=lambda _: embedder))
+    app = create_app(
+        Settings(data_dir=tmp_path / "data", index_copies=1), components=Components(embedder=lambda _: embedder)
+    )
     with TestClient(app) as c:
         assert app.state.runtime.wait(timeout=60)
         assert c.post("/documents", json={"documents": DOCS}).status_code == 200

@@ -4,6 +4,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from service.api.app import create_app
@@ -13,6 +14,7 @@ from service.settings import Settings
 from tests.fakes import FakeEmbedder
 
 
+@pytest.mark.engine
 def test_ready_only_after_warm_up(tmp_path: Path) -> None:
     release = threading.Event()
 
@@ -82,6 +84,7 @@ class BrokenStore:
         return work(self, *args)
 
 
+@pytest.mark.engine
 def test_internal_errors_are_counted_as_500(tmp_path: Path) -> None:
     from service.runtime import build_store
 

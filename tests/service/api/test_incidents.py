@@ -50,7 +50,9 @@ CASES = [{"id": "c1", "question": "LC-419 vpn", "relevant": [{"doc_id": "it/vpn"
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    settings = Settings(data_dir=tmp_path / "data", max_k=5, default_k=1, default_candidates=5, incident_set="mini")
+    settings = Settings(
+        data_dir=tmp_path / "data", index_copies=1, max_k=5, default_k=1, default_candidates=5, incident_set="mini"
+    )
     app = create_app(settings, components=Components(embedder=lambda _: FakeEmbedder()))
     with TestClient(app) as c:
         assert app.state.runtime.wait(timeout=60)
@@ -305,6 +307,7 @@ def test_an_incident_passes_only_within_the_assistants_k(client: TestClient) -> 
     assert (case["metrics"]["hit@5"], case["first_relevant_rank"]) == (1.0, 2)
 
 
+@pytest.mark.engine
 def test_new_incidents_count_when_the_setting_says_so(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "d", incident_set="fresh", incidents_count_new=True)
     app = create_app(settings, components=Components(embedder=lambda _: FakeEmbedder()))
@@ -377,6 +380,7 @@ def test_incident_gauge(client: TestClient) -> None:
     assert 'plumbline_incidents{category="it",status="new"} 1.0' in text
 
 
+@pytest.mark.engine
 def test_replicas_sharing_a_postgresql_state_store_see_each_others_incidents(tmp_path: Path, postgres_url: str) -> None:
     url = fresh_postgres_database(postgres_url)
     apps = [

@@ -42,6 +42,7 @@ def post(client: TestClient, path: str, body: str) -> Any:
     return client.post(path, content=body, headers={"content-type": "application/json"})
 
 
+@pytest.mark.parametrize("index_copies", [1, pytest.param(2, marks=pytest.mark.engine)])  # crosses to the engine
 def test_metadata_nesting_and_size_are_bounded(client: TestClient) -> None:
     # 126 levels made the engine unable to read the point back; 450-999 raised RecursionError (a 500)
     for depth in (9, 126, 450, 999):
@@ -112,6 +113,7 @@ def test_a_supersession_cycle_is_refused_in_a_batch_and_across_the_index(client:
     assert "'pol/b' -> 'pol/c' -> 'pol/a' -> 'pol/b'" in r.json()["detail"]
 
 
+@pytest.mark.parametrize("index_copies", [1, pytest.param(2, marks=pytest.mark.engine)])  # crosses to the engine
 def test_date_only_filters_mean_midnight_utc_like_front_matter(client: TestClient) -> None:
     docs = [
         {**DOC, "id": "old", "updated_at": "2025-12-31"},
@@ -138,6 +140,7 @@ def test_malformed_json_says_where(client: TestClient) -> None:
 # --- an engine that refuses writes, and what it must not leak ---------------------------------------
 
 
+@pytest.mark.engine
 def test_readiness_turns_false_when_the_engine_refuses_writes_and_no_path_leaks(tmp_path: Path) -> None:
     data = tmp_path / "data"
     factory = Components(embedder=lambda _: FakeEmbedder())
@@ -202,7 +205,7 @@ class GatedEmbedder(FakeEmbedder):
 @pytest.fixture
 def gated(tmp_path: Path) -> Iterator[tuple[TestClient, GatedEmbedder]]:
     embedder = GatedEmbedder()
-    settings = Settings(data_dir=tmp_path / "data", search_timeout_seconds=300)
+    settings = Settings(data_dir=tmp_path / "data", index_copies=1, search_timeout_seconds=300)
     app = create_app(settings, components=Components(embedder=lambda _: embedder))
     with TestClient(app) as c:
         assert app.state.runtime.wait(timeout=60)
@@ -239,6 +242,7 @@ def test_eval_runs_are_bounded_and_health_answers_while_every_worker_is_busy(
     assert search_statuses == {200}
 
 
+@pytest.mark.engine
 def test_an_eval_run_past_its_time_limit_stops_with_504(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "data", eval_timeout_seconds=1e-6)
     app = create_app(settings, components=Components(embedder=lambda _: FakeEmbedder()))
@@ -251,6 +255,7 @@ def test_an_eval_run_past_its_time_limit_stops_with_504(tmp_path: Path) -> None:
         assert c.get("/eval/runs").json() == []
 
 
+@pytest.mark.engine
 def test_a_search_past_its_time_limit_answers_504(tmp_path: Path) -> None:
     embedder = GatedEmbedder()
     settings = Settings(data_dir=tmp_path / "data", search_timeout_seconds=0.5)
@@ -263,6 +268,7 @@ def test_a_search_past_its_time_limit_answers_504(tmp_path: Path) -> None:
     assert "longer than 0.5 s" in r.json()["detail"]
 
 
+@pytest.mark.engine
 def test_full_disk_is_a_507_and_writes_nothing(tmp_path: Path) -> None:
     """The reserve check as it runs everywhere (a data directory whose disk has less than the reserve free);
     `tests/service/test_full_disk.py` fills a real file system."""

@@ -65,6 +65,7 @@ def test_search_response_shape(loaded: TestClient) -> None:
     assert body["reranked"] is False
 
 
+@pytest.mark.parametrize("index_copies", [1, pytest.param(2, marks=pytest.mark.engine)])  # crosses to the engine
 def test_filters_over_http(loaded: TestClient) -> None:
     old = loaded.post(
         "/search", json={"query": "password length", "fresh_only": False, "filters": {"status": ["superseded"]}}

@@ -76,6 +76,7 @@ def test_keys_in_a_secrets_file(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["keys", "revoke", "0000000000000000", *target]) == EXIT_BAD_INPUT
 
 
+@pytest.mark.engine
 def test_local_cli_writes_are_audited(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "docs"
     folder.mkdir()

@@ -52,6 +52,7 @@ def data_dir(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return data
 
 
+@pytest.mark.engine
 def test_ingest_reports_totals_and_skips_unchanged(
     corpus: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -60,6 +61,7 @@ def test_ingest_reports_totals_and_skips_unchanged(
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == {"documents": 3, "chunks": 0, "unchanged": 3}
 
 
+@pytest.mark.engine
 def test_doctor_and_ingest_never_load_the_cross_encoder(
     corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -73,6 +75,7 @@ def test_doctor_and_ingest_never_load_the_cross_encoder(
     assert "no-such-cross-encoder" in capsys.readouterr().err
 
 
+@pytest.mark.engine
 def test_eval_exit_codes_in_process(
     corpus: Path, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -108,6 +111,7 @@ def test_eval_exit_codes_in_process(
         (["--set", "{set}", "--k", "0"], "k values"),
     ],
 )
+@pytest.mark.engine
 def test_eval_bad_input_exits_2(
     corpus: Path, data_dir: Path, extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -116,6 +120,7 @@ def test_eval_bad_input_exits_2(
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.engine
 def test_undecodable_files_are_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "latin1.md").write_bytes("# Café\n\nPrix: 5 €".encode("latin-1", errors="replace"))
     assert main(["ingest", str(tmp_path), "--data-dir", str(tmp_path / "data")]) == EXIT_BAD_INPUT
@@ -138,6 +143,7 @@ def server(tmp_path: Path) -> Iterator[str]:
     app.state.runtime.close()
 
 
+@pytest.mark.engine
 def test_ingest_and_eval_over_http(
     server: str, corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -155,6 +161,7 @@ def test_ingest_and_eval_over_http(
     )
 
 
+@pytest.mark.engine
 def test_a_monitoring_run_over_http_is_run_by_the_service_and_gates(
     server: str, corpus: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -180,6 +187,7 @@ def test_a_monitoring_run_over_http_is_run_by_the_service_and_gates(
     assert "--monitoring replays a stored set" in capsys.readouterr().err
 
 
+@pytest.mark.engine
 def test_a_monitoring_run_in_process_is_stored_as_one(data_dir: Path, corpus: Path) -> None:
     state = open_state(f"sqlite:///{data_dir / 'state.db'}")
     state.put_set("mini", (corpus / "set.jsonl").read_text())
@@ -191,6 +199,7 @@ def test_a_monitoring_run_in_process_is_stored_as_one(data_dir: Path, corpus: Pa
     assert kinds == ["monitoring"]
 
 
+@pytest.mark.process
 def test_the_server_loads_no_http_client() -> None:
     # httpx, and the rich console it pulls in, cost about 0.1 s of a start: only the commands that call a server need it
     imports = "import sys, service.cli.main, service.api.app, service.runtime"

@@ -32,6 +32,7 @@ def eval_gauges(client: TestClient) -> list[str]:
     return [line for line in client.get("/metrics").text.splitlines() if line.startswith("plumbline_eval_")]
 
 
+@pytest.mark.engine
 def test_two_replicas_run_a_scheduled_set_once_and_export_the_same_gauges(tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -73,6 +74,7 @@ def test_two_replicas_run_a_scheduled_set_once_and_export_the_same_gauges(tmp_pa
         assert gauges == eval_gauges(two)
 
 
+@pytest.mark.engine
 def test_a_scheduled_run_has_no_http_time_limit(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'state.db'}"
     shared = open_state(url)

@@ -105,6 +105,7 @@ def test_a_cut_short_or_foreign_file_is_refused_before_anything_is_written(
     empty.close()
 
 
+@pytest.mark.engine
 def test_the_commands_move_a_data_directory_to_a_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

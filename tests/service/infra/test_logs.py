@@ -54,6 +54,7 @@ def test_a_callers_request_id_is_kept_only_when_it_is_a_plain_token(sent: str | 
     assert kept or len(rid) == 32
 
 
+@pytest.mark.engine
 def test_every_request_is_logged_once_with_its_id_which_the_response_echoes(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -73,6 +74,7 @@ def test_every_request_is_logged_once_with_its_id_which_the_response_echoes(
     ]
 
 
+@pytest.mark.engine
 def test_the_start_up_ingest_logs_its_progress(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     folder = tmp_path / "docs"
     folder.mkdir()
@@ -98,6 +100,7 @@ class ExplodingFakeEmbedder(FakeEmbedder):
         return super().embed_queries(texts)
 
 
+@pytest.mark.engine
 def test_an_unhandled_error_is_a_500_that_carries_the_request_id_in_its_log_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

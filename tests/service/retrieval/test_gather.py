@@ -106,6 +106,7 @@ SEARCHES = [
 ]
 
 
+@pytest.mark.engine
 def test_a_search_on_two_copies_is_one_call_to_an_engine_process_and_finds_the_same(
     one_and_two_copies: tuple[SearchPipeline, SearchPipeline], monkeypatch: pytest.MonkeyPatch
 ) -> None:

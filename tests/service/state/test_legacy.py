@@ -88,6 +88,7 @@ def test_an_unreadable_file_stops_the_import_and_imports_nothing(tmp_path: Path)
     state.close()
 
 
+@pytest.mark.engine
 def test_the_service_starts_on_an_old_data_directory(tmp_path: Path) -> None:
     data = tmp_path / "data"
     runs = write_file_layout(data)

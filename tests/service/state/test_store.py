@@ -74,6 +74,7 @@ def test_head_is_the_newest_migration() -> None:
     assert ScriptDirectory.from_config(config).get_current_head() == HEAD
 
 
+@pytest.mark.process
 def test_a_store_at_the_newest_schema_opens_without_alembic(state_url: str) -> None:
     open_state(state_url).close()  # migrated here
     opened = subprocess.run(

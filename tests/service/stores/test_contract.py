@@ -17,9 +17,8 @@ import pytest
 from qdrant_client import QdrantClient
 
 from service.filters import Clause, DateRange, HasId, Match, MatchAny, NumberRange
-from service.retrieval.sparse import SparseVector
 from service.stores import edge as edge_module
-from service.stores.base import DENSE, SPARSE, StorePoint, VectorQuery, VectorStore
+from service.stores.base import DENSE, SPARSE, SparseVector, StorePoint, VectorQuery, VectorStore
 from service.stores.edge import EdgeStore
 from service.stores.mirrored import MirroredStore
 from service.stores.qdrant import QdrantOptions, QdrantStore, connect
@@ -69,7 +68,9 @@ def fake_server() -> Iterator[FakeQdrantServer]:
     server.stop()
 
 
-@pytest.fixture(params=["edge", "edge-two-copies", "qdrant-memory", "qdrant-http"])
+@pytest.fixture(
+    params=["edge", pytest.param("edge-two-copies", marks=pytest.mark.engine), "qdrant-memory", "qdrant-http"]
+)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorStore]:
     s: VectorStore
     if request.param == "edge":
@@ -212,7 +213,7 @@ def test_set_payload_by_filter(store: VectorStore) -> None:
 _WRITE_THEN_DIE = """
 import json, os, signal, sys
 from pathlib import Path
-from service.retrieval.sparse import SparseVector
+from service.stores.base import SparseVector
 from service.stores.base import StorePoint
 from service.stores.edge import EdgeStore
 from service.stores.mirrored import MirroredStore
@@ -235,6 +236,7 @@ def _as_json(p: StorePoint) -> dict[str, Any]:
     return {"id": p.id, "payload": dict(p.payload), "dense": p.dense, "sparse": sparse}
 
 
+@pytest.mark.process
 def test_edge_store_keeps_every_acknowledged_write_after_a_sigkill(tmp_path: Path) -> None:
     points = _points()
     batches = [[_as_json(p) for p in points[i : i + 4]] for i in range(0, len(points), 4)]

@@ -28,10 +28,12 @@ from service.filters import Clause, Match
 from service.runtime import build_store
 from service.settings import Settings
 from service.stores import mirrored
-from service.stores.base import DENSE, StorePoint, VectorQuery
+from service.stores.base import DENSE, SparseVector, StorePoint, VectorQuery
 from service.stores.edge import EdgeStore
 from service.stores.mirrored import MirroredStore, copy_paths, single_copy
 from tests.waiting import until
+
+pytestmark = pytest.mark.engine
 
 CHUNKS = Clause(must=(Match("kind", "chunk"),))
 ROOT = Path(__file__).resolve().parents[3]
@@ -298,6 +300,26 @@ def test_one_copy_applies_a_write_logged_by_two(tmp_path: Path) -> None:
         assert not write_log.exists()
     finally:
         one.close()
+
+
+def test_a_write_logged_before_the_regrouping_is_applied(tmp_path: Path) -> None:
+    index = tmp_path / "index"
+    first, second, write_log = closed_two_copies(index, point(1))
+    sparse = StorePoint(
+        point(2).id, point(2).payload, dense=[1.0, 2, 0.0, 0.5], sparse=SparseVector((3, 9), (0.5, 1.5))
+    )
+    call = pickle.dumps(("upsert", ([sparse],), {"durable": True}), protocol=0)
+    # as the version before the service was grouped by job pickled it: BM25 vectors were service.sparse's
+    assert b"cservice.stores.base\nSparseVector\n" in call
+    write_log.write_bytes(call.replace(b"cservice.stores.base\nSparseVector\n", b"cservice.sparse\nSparseVector\n"))
+    again = MirroredStore(index)
+    try:
+        assert again.health() is None
+        assert set(docs_of(again)) == {point(1).id, point(2).id}
+    finally:
+        again.close()
+    assert contents(first) == contents(second)
+    assert not write_log.exists()
 
 
 def test_a_logged_write_a_copy_refuses_is_dropped_there_and_that_copy_made_again_from_the_other(

@@ -10,8 +10,7 @@ import pytest
 
 from service.errors import StoreUnavailable, StoreUnreachable
 from service.filters import Clause
-from service.retrieval.sparse import SparseVector
-from service.stores.base import DENSE, PAYLOAD_INDEXES, SPARSE, StorePoint, VectorQuery
+from service.stores.base import DENSE, PAYLOAD_INDEXES, SPARSE, SparseVector, StorePoint, VectorQuery
 from service.stores.qdrant import BACKOFF_SECONDS, PROBE_SECONDS, QdrantOptions, QdrantStore, connect
 from tests.service.stores.fake_qdrant import FakeQdrantServer
 from tests.waiting import until
