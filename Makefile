@@ -45,9 +45,14 @@ test: lint
 
 # The layer to run while changing code: the markers of tests/conftest.py leave out what starts processes, and
 # PLUMBLINE_TEST_FAST fails a test that starts one anyway, so that the layer stays fast (`make test` runs it all).
+# Its tests wait mostly on fsync, and none of them checks what survives a crash (the process tests do), so it runs
+# under eatmydata where that is installed (Debian: apt-get install eatmydata), on two workers (one a core), a file
+# to a worker (fewer workers load the models).
 FAST_TESTS := not slow and not process and not engine and not browser and not database
+FAST_WORKERS ?= 2
+NO_FSYNC := $(shell command -v eatmydata)
 test-fast: setup
-	PLUMBLINE_TEST_FAST=1 $(BIN)/pytest -q -n $(TEST_WORKERS) -m '$(FAST_TESTS)'
+	PLUMBLINE_TEST_FAST=1 $(NO_FSYNC) $(BIN)/pytest -q -n $(FAST_WORKERS) --dist loadfile -m '$(FAST_TESTS)'
 
 # The deployment files, checked without Docker or a cluster: hadolint, the Compose schema, and the Helm chart rendered,
 # linted and schema-validated with both value sets (tests/deploy/test_helm.py; `make test` runs it too).
