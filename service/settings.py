@@ -6,7 +6,7 @@ Nothing here is built at import time: `create_app(Settings(...))` and the CLI co
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -274,3 +274,14 @@ class Settings(BaseSettings):
     def legacy_eval_dir(self) -> Path:
         """Where the file layout before the state store kept sets, runs and baselines (imported once)."""
         return self.data_dir / "eval"
+
+
+def declared(name: str) -> Any:
+    """The default `Settings` declares for field `name` (the environment aside): where a plain dataclass of the
+    service needs a default of its own, this is its one definition.
+
+    Example:
+        >>> declared("default_k"), declared("max_k")
+        (10, 100)
+    """
+    return Settings.model_fields[name].default

@@ -44,6 +44,7 @@ from service.infra.faults import crash_point
 from service.retrieval.embedding import Embedder
 from service.retrieval.sparse import Bm25Encoder, Bm25Params
 from service.retrieval.tokenizer import Tokenizer, TokenizerConfig
+from service.settings import declared
 from service.stores.base import StorePoint, VectorStore
 from service.stores.payload import (
     LISTED_FIELDS,
@@ -117,8 +118,10 @@ class _Record:
 
 @dataclass(frozen=True)
 class IndexLimits:
-    max_batch_documents: int = 500
-    max_document_chars: int = 2_000_000
+    """What one ingest may hold; the defaults are those `Settings` declares."""
+
+    max_batch_documents: int = declared("max_batch_documents")
+    max_document_chars: int = declared("max_document_chars")
 
 
 class Index:

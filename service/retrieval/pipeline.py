@@ -29,15 +29,11 @@ from service.retrieval.embedding import Embedder
 from service.retrieval.gather import Ask, Found, Timer, gather
 from service.retrieval.rerank import Reranker
 from service.retrieval.sparse import Bm25Encoder
-from service.settings import Settings
+from service.settings import Settings, declared
 from service.stores.base import DENSE, SPARSE, VectorQuery, VectorStore
 from service.stores.payload import hit_from_payload
 
 RERANK_OFF = "rerank was requested but no cross-encoder is configured (set PLUMBLINE_RERANK_MODEL); not reranked"
-
-
-# the search defaults as `Settings` declares them (the environment aside): the one definition of each
-_DECLARED: dict[str, Any] = {name: f.default for name, f in Settings.model_fields.items() if name.startswith("default")}
 
 
 @dataclass(frozen=True)
@@ -50,14 +46,14 @@ class SearchParams:
         True
     """
 
-    k: int = _DECLARED["default_k"]
-    mode: Mode = _DECLARED["default_mode"]
-    fusion: FusionMethod = _DECLARED["default_fusion"]
-    alpha: float = _DECLARED["default_alpha"]
-    rrf_k: int = _DECLARED["default_rrf_k"]
-    candidates: int = _DECLARED["default_candidates"]
+    k: int = declared("default_k")
+    mode: Mode = declared("default_mode")
+    fusion: FusionMethod = declared("default_fusion")
+    alpha: float = declared("default_alpha")
+    rrf_k: int = declared("default_rrf_k")
+    candidates: int = declared("default_candidates")
     rerank: bool = False  # `Settings.default_rerank` applies only where a cross-encoder is configured
-    rerank_depth: int = _DECLARED["default_rerank_depth"]
+    rerank_depth: int = declared("default_rerank_depth")
     filters: FilterSpec = field(default_factory=FilterSpec)
     fresh_only: bool = True
     explain: bool = False
@@ -99,10 +95,12 @@ def describe(params: SearchParams, asked: SearchOverrides) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Limits:
-    max_k: int = 100
-    max_candidates: int = 1000
-    max_rerank_depth: int = 50
-    max_query_chars: int = 2000
+    """What one search may ask for; the defaults are those `Settings` declares."""
+
+    max_k: int = declared("max_k")
+    max_candidates: int = declared("max_candidates")
+    max_rerank_depth: int = declared("max_rerank_depth")
+    max_query_chars: int = declared("max_query_chars")
 
 
 @dataclass(frozen=True)
