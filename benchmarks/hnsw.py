@@ -1,7 +1,8 @@
 """Where an HNSW graph starts to pay against the embedded store's int8 scan, on this machine.
 
 The store scans (`service/stores/edge.py`: no graph, int8 vectors, the top 2x rescored in float32) because building
-a graph runs in the engine's optimiser, which holds the GIL and so stops the serving process (README, Known limits).
+a graph runs in the engine's optimiser, which holds the GIL and so stops the serving process (docs/operations.md,
+Known limits).
 This script measures, outside any server, what a graph would buy: for each collection size it builds the same
 vectors two ways (the store's scan; HNSW m=16 / ef_construct=100 under the store's segment cap of about 13,000
 vectors), then times a dense top-100 query (the pipeline's candidate depth) and checks recall@10 and recall@100

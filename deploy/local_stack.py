@@ -1,5 +1,6 @@
 """Plumbline and a real Prometheus (Debian's `prometheus` package) on loopback, with this repository's alert
-rules loaded: the harness of the end-to-end monitoring test, and what renders the README's dashboard picture.
+rules loaded: the harness of the end-to-end monitoring test, and what renders the dashboard picture in
+docs/evaluation.md.
 
     python -m deploy.local_stack --render docs/img/dashboard.png
 

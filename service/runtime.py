@@ -379,8 +379,8 @@ class Runtime:
                 Limits(s.max_k, s.max_candidates, s.max_rerank_depth, s.max_query_chars),
                 observe_stage=self.metrics.observe_stage if self.metrics else None,
             )
-        # The models leave ~450k objects that every full garbage collection would scan (330 ms with the GIL held:
-        # every request waits). They live as long as the process: move them out of the collector's sight.
+        # The models leave hundreds of thousands of objects that every full garbage collection would scan with the GIL
+        # held (every request waits). They live as long as the process: move them out of the collector's sight.
         gc.collect()
         gc.freeze()
         self._ready.set()

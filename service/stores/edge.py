@@ -70,8 +70,8 @@ R = TypeVar("R")
 log = logging.getLogger("plumbline")
 
 # The binding holds the GIL for a whole engine call, so every other thread of the process (health checks, other
-# searches) waits for it: a 128-query eval batch held it for about 200 ms at a time on the demo handbook. A
-# search sends 2-4 queries; an eval batch is split into calls of this many.
+# searches) waits for it, and a whole eval batch in one call would hold it long. A search sends 2-4 queries; an eval
+# batch is split into calls of this many.
 QUERIES_PER_CALL = 8
 # the generation cache: documents whose heads are read at open (about 100 bytes each), and the page size for that
 WARM_HEADS = 200_000
@@ -96,7 +96,7 @@ class EdgeStore:
         # Committed generations read from heads: this process is the only writer of the directory (the data
         # directory lock), and every write goes through `_write`, which forgets those of the documents it touches (all
         # of them when it cannot tell which). A read that overlapped a write is not kept (`_writes` moved on). Filled
-        # at open (`_warm`) and by each search's misses; saves a search 2-5 ms at 100k chunks.
+        # at open (`_warm`) and by each search's misses: a search then reads no heads for documents it saw before.
         self._generations: dict[str, int] = {}
         self._writes = 0
         self._cache_lock = threading.Lock()

@@ -25,15 +25,13 @@ SCHEMA = {
 }
 QUANTISE_AFTER_KB = 5_000  # about 3,300 vectors of 384 dimensions; below it a segment is scanned in float32
 # Segments are capped at about 13,000 vectors: uncapped, every conversion merged into one big segment and rewrote
-# it, and the engine serves no search while it optimises. Measured through this store at 100k chunks: a search
-# issued during a conversion waited 3.4 s uncapped, 0.7-1.1 s capped; the optimiser's total over a 100k fill in
-# batches of 1,024 fell from 37.9 to 15.3 s; the scan is faster over 10 segments (the two cores share them).
+# it, and the engine serves no search while it optimises (docs/performance.md, Figures moved out of code comments).
 SEGMENT_KB = 20_000
 SCAN = qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10**9)  # no graph: every segment scanned
 # a segment below full_scan_threshold KB (about 6,600 vectors), and a filter that leaves fewer points, is scanned
 GRAPH = qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000)
 # the default of PLUMBLINE_INDEX_GRAPH_FROM (service.settings), here so that an engine process need not import the
-# settings (pydantic: 0.13 s of its 0.29 s start); why 300,000 points: README, Speed
+# settings (pydantic is most of its start-up); why 300,000 points: docs/decisions.md
 GRAPH_FROM = 300_000
 # every dense query: int8 (scan or graph), the top 2x rescored on float32 (benchmarks/speed.py measures both against a
 # float32 scan); hnsw_ef is the graph's beam width, unused by a scan
@@ -54,8 +52,8 @@ def new_shard(dimension: int) -> Any:
     """A new shard's configuration: scanned until it grows past the graph threshold."""
     return qe.EdgeConfig(
         **vectors(dimension),
-        # payload kept in memory: with the default (cold, read from disk per point) filtered search and candidate
-        # payloads cost 10-20 ms more at 100k chunks (benchmarks/speed.py)
+        # payload kept in memory: with the default (cold, read from disk per point) every filtered search and candidate
+        # fetch reads the disk
         payload_memory=qe.Memory.Cached,
         hnsw_config=SCAN,
         quantization_config=qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, memory=qe.Memory.Pinned),
