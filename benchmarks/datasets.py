@@ -19,6 +19,7 @@ def require(*roots: Path) -> None:
     if missing:
         where = "; ".join(f"{root.name} at {root}" for root in missing)
         sys.exit(
-            f"this benchmark needs public collections that are not there: {where} (BEIR layout: corpus.jsonl, "
-            "queries.jsonl, qrels/). Put them there, or set PLUMBLINE_DATASETS to the folder that holds them."
+            f"this benchmark needs public collections that are not there: {where}. They are BEIR's SciFact and the "
+            "CMRC 2018 set in BEIR's layout (corpus.jsonl, queries.jsonl, qrels/; docs/performance.md, Datasets): "
+            "put them there, or set PLUMBLINE_DATASETS to the folder that holds them."
         )

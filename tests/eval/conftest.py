@@ -71,7 +71,10 @@ class Scifact:
 @pytest.fixture(scope="session")
 def scifact() -> Scifact:
     if not SCIFACT.is_dir():
-        pytest.skip(f"SciFact is not at {SCIFACT}")
+        pytest.skip(
+            f"SciFact is not at {SCIFACT}: put BEIR's SciFact there (corpus.jsonl, queries.jsonl, qrels/test.tsv), or "
+            "set PLUMBLINE_DATASETS to the folder that holds scifact/"
+        )
     corpus = {}
     with (SCIFACT / "corpus.jsonl").open(encoding="utf-8") as f:
         for line in f:
