@@ -1,4 +1,4 @@
-"""Where the benchmarks find the public collections: `PLUMBLINE_DATASETS`, else `../shared/datasets` beside the
+"""Where the benchmarks find the public collections (`PLUMBLINE_DATASETS`, else `../shared/datasets` beside the
 checkout (as the tests look for them, `tests/eval/conftest.py`)."""
 
 from __future__ import annotations
@@ -6,6 +6,10 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+
+from service.domain import Chunk, Document
+from service.index.chunking import Chunker, ChunkerConfig
+from service.index.loaders import iter_documents
 
 DATASETS = Path(os.environ.get("PLUMBLINE_DATASETS", Path(__file__).resolve().parents[2] / "shared" / "datasets"))
 SCIFACT = DATASETS / "scifact"
@@ -23,3 +27,9 @@ def require(*roots: Path) -> None:
             "CMRC 2018 set in BEIR's layout (corpus.jsonl, queries.jsonl, qrels/; docs/performance.md, Datasets): "
             "put them there, or set PLUMBLINE_DATASETS to the folder that holds them."
         )
+
+
+def scifact_chunks(size: int) -> list[tuple[Document, Chunk]]:
+    """SciFact's corpus chunked at `size` characters (a tenth of it overlapping)."""
+    chunker = Chunker(ChunkerConfig(size, size // 10))
+    return [(d, c) for d in iter_documents(SCIFACT / "corpus.jsonl") for c in chunker.chunk(d)]

@@ -65,8 +65,7 @@ def synthetic(n: int, queries: int, rng: np.random.Generator) -> tuple[np.ndarra
 def scifact(cache: Path) -> tuple[np.ndarray, np.ndarray]:
     """SciFact's chunks and test questions, embedded by the packaged model as the service embeds them."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from benchmarks.datasets import SCIFACT, require
-    from benchmarks.speed import scifact_chunks
+    from benchmarks.datasets import SCIFACT, require, scifact_chunks
     from eval.trec import read_qrels, read_queries
     from service.runtime import build_embedder
     from service.settings import Settings

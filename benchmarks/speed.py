@@ -45,7 +45,7 @@ import httpx
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-from benchmarks.datasets import SCIFACT, require
+from benchmarks.datasets import SCIFACT, require, scifact_chunks
 from benchmarks.hnsw import CENTRES, clustered
 from benchmarks.timed_store import TimedStore
 from eval.trec import read_queries
@@ -83,11 +83,6 @@ MODES: dict[str, dict[str, object]] = {
     "hybrid+rerank (depth 20)": {"mode": "hybrid", "rerank": True, "rerank_depth": 20},
 }
 RATE = 10.0  # searches a second in the open-loop load while an ingest runs: about a sixth of what 8 clients get idle
-
-
-def scifact_chunks(size: int) -> list[tuple[Document, Chunk]]:
-    chunker = Chunker(ChunkerConfig(size, size // 10))
-    return [(d, c) for d in iter_documents(SCIFACT / "corpus.jsonl") for c in chunker.chunk(d)]
 
 
 class TimedEmbedder:

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.datasets import SCIFACT, require
-from benchmarks.speed import paced, scifact_chunks
+from benchmarks.datasets import SCIFACT, require, scifact_chunks
+from benchmarks.speed import paced
 from eval.trec import read_queries
 from service.domain import Document
 from service.index.chunking import Chunker, ChunkerConfig
