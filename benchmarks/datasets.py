@@ -1,5 +1,5 @@
 """Where the benchmarks find the public collections (`PLUMBLINE_DATASETS`, else `../shared/datasets` beside the
-checkout (as the tests look for them, `tests/eval/conftest.py`)."""
+checkout, as the tests look for them in `tests/eval/conftest.py`), and SciFact's corpus chunked."""
 
 from __future__ import annotations
 
