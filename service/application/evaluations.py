@@ -32,12 +32,17 @@ class Evaluations:
         self.evals = evals
         self.settings = settings
 
-    def _spec(self, caller: Principal, options: RunOptions, pipeline: SearchPipeline) -> RunSpec:
-        if options.monitoring:
+    def authorize(self, caller: Principal, *, monitoring: bool) -> None:
+        """Refuse a run the caller may not start, before anything it asks for is looked at (the API calls this before
+        it turns a request into options, so that a caller without the right learns nothing from a 422)."""
+        if monitoring:
             if caller.tenant is not None:
                 raise Forbidden("a monitoring run covers every tenant: a tenant-bound key cannot start one")
             # it feeds the gauges and alerts with its own tolerance and baseline: not for a key that merely runs evals
             require(caller, ("eval:admin",), "a monitoring run")
+
+    def _spec(self, caller: Principal, options: RunOptions, pipeline: SearchPipeline) -> RunSpec:
+        self.authorize(caller, monitoring=options.monitoring)
         return run_spec(replace(options, tenant=caller.tenant), self.settings, pipeline)
 
     def run(self, caller: Principal, options: RunOptions, pipeline: SearchPipeline) -> tuple[RunSpec, Evaluation]:

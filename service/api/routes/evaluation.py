@@ -47,6 +47,7 @@ def run_eval(
     answer 202 at once: GET /eval/runs/{id} shows the progress, then the report. A tenant-bound key's run replays
     the set's cases for its tenant over its tenant's documents, and cannot be a monitoring run; a monitoring run
     needs `eval:admin`."""
+    evaluations.authorize(caller, monitoring=body.monitoring)
     options = run_options(body, settings)
     if body.run_async:
         spec, run_id = evaluations.submit(caller, options, pipeline)

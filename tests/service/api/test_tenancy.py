@@ -190,6 +190,11 @@ def test_a_bound_keys_eval_run_stays_in_its_tenant(
     assert client.put("/eval/sets/theirs", headers=admin, content=only_theirs).status_code == 200
     assert client.post("/eval/run", headers=evil, json={"set": "theirs"}).status_code == 422
     assert client.post("/eval/run", headers=evil, json={"set": "shared", "monitoring": True}).status_code == 403
+    # refused before anything it asks for is looked at: a bad filter as well is still a 403, not a 422
+    dates = {"updated_after": "2026-02-01", "updated_before": "2026-01-01"}  # an empty range: refused by the domain
+    bad_filter = {"set": "shared", "monitoring": True, "overrides": {"filters": dates}}
+    refused = client.post("/eval/run", headers=evil, json=bad_filter)
+    assert refused.status_code == 403, refused.text
     # a tenant's run cannot become everyone's baseline
     promoted = client.post("/eval/baselines", headers=admin, json={"run_id": run_id, "name": "b"})
     assert promoted.status_code == 422
