@@ -54,7 +54,8 @@ class CaseChange:
 @dataclass(frozen=True)
 class BaselineRef:
     """What a filed verdict was compared with: the baseline's name (None: a file or a run given directly), its run
-    id, its content hash (`eval.storage.run_digest`) and where it came from (`stored`, `packaged` or `file`). Runs
+    id, its content hash (`eval.storage.run_digest`) and where it came from (`stored`, `packaged`, `stored, shadowing
+    packaged` or `file`). Runs
     filed before the hash existed carry name and run id only."""
 
     name: str | None

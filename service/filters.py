@@ -157,7 +157,7 @@ def parse_filters(raw: Mapping[str, Any]) -> FilterSpec:
 
 
 def of_kind(kind: str) -> Clause:
-    """Points of one kind: "chunk", "document" or "manifest" (see `service.stores.base`)."""
+    """Points of one kind: "chunk", "document", "head" or "manifest" (see `service.stores.base`)."""
     return Clause(must=(Match("kind", kind),))
 
 

