@@ -55,8 +55,7 @@ class CaseChange:
 class BaselineRef:
     """What a filed verdict was compared with: the baseline's name (None: a file or a run given directly), its run
     id, its content hash (`eval.storage.run_digest`) and where it came from (`stored`, `packaged`, `stored, shadowing
-    packaged` or `file`). Runs
-    filed before the hash existed carry name and run id only."""
+    packaged` or `file`). Runs filed before the hash existed carry name and run id only."""
 
     name: str | None
     run_id: str | None
