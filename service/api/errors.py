@@ -31,6 +31,8 @@ from service.errors import (
     Unauthenticated,
     public,
 )
+from service.infra import logs
+from service.state import StateUnavailable
 
 log = logging.getLogger("plumbline")
 
@@ -107,6 +109,12 @@ def _respond(code: int, message: str, extra: Mapping[str, object] | None = None)
     return JSONResponse({"detail": message, **(extra or {})}, status_code=code, headers=headers)
 
 
+def state_unavailable() -> str:
+    """The 503 body's message when the state store fails: the request's id, by which the log line with the
+    database driver's error is found; never that error, which may name a host, a user or a database."""
+    return f"the state store is unavailable (request {logs.request_id.get() or 'unknown'}); see the server log"
+
+
 def internal_error() -> JSONResponse:
     """The 500 for an exception nothing mapped (the middleware logs it with the request id)."""
     return JSONResponse(
@@ -127,6 +135,8 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(PlumblineError)
     @app.exception_handler(EvalError)
     async def _domain(_: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, StateUnavailable):  # the driver's text (host, user) is logged where it was raised
+            return _respond(503, state_unavailable())
         return _respond(status_of(exc), str(exc))
 
     @app.exception_handler(OSError)

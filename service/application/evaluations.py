@@ -1,7 +1,7 @@
 """Eval runs, sets and baselines as a caller may use them. A tenant-bound key's runs replay its tenant's cases over
 its tenant's documents; it sees its own tenant's runs and cases only (other runs read as absent) and cannot start a
-monitoring run. A monitoring run, and cancelling one, need `eval:admin`; shadowing a packaged set or baseline,
-`admin`."""
+monitoring run. A monitoring run, and cancelling one, need `eval:admin`; cancelling another key's run too (the key
+that started a background run may cancel it); shadowing a packaged set or baseline, `admin`."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ class Evaluations:
     def submit(self, caller: Principal, options: RunOptions, pipeline: SearchPipeline) -> tuple[RunSpec, str]:
         """Start the run in the background; its id."""
         spec = self._spec(caller, options, pipeline)
-        return spec, self.evals.submit(spec)
+        return spec, self.evals.submit(spec, started_by=caller.key_id)
 
     def job(self, caller: Principal, run_id: str) -> Job:
         """A background run's state, if the caller may see it."""
@@ -78,10 +78,17 @@ class Evaluations:
         return self.evals.runs.summaries(limit, offset, set_name, kind, caller.tenant)
 
     def cancel(self, caller: Principal, run_id: str) -> Job:
-        """Ask a background run to stop; the job as it was."""
+        """Ask a background run to stop; the job as it was. The key that started it may, and an `eval:admin` key
+        (a monitoring run: only an `eval:admin` key); a run without a recorded key (started with auth off, or
+        before keys were recorded) only an `eval:admin` key."""
         job = self.job(caller, run_id)
         if job.kind == "monitoring":
             require(caller, ("eval:admin",), "cancelling a monitoring run")
+        elif not caller.has("eval:admin") and (job.started_by is None or job.started_by != caller.key_id):
+            raise Forbidden(
+                f"run {run_id} was started by another key: only that key, or one with the role 'eval:admin', may "
+                "cancel it"
+            )
         self.evals.cancel(run_id)
         return job
 

@@ -8,17 +8,20 @@ filters are ones /search accepts) ─► one upsert on (set, tenant, normalised 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from eval.cases import Case, Label
+from eval.errors import EvalError
 from eval.incidents import incident_case, question_key
 from eval.matching import normalize
-from eval.storage import check_name
+from eval.storage import PACKAGE_DIR, SetStore, check_name
 from service.errors import InvalidRequest, NotFound, PlumblineError, StoreUnavailable
 from service.evaluation.triage import Triage, triage
 from service.filters import FilterSpec, parse_filters
@@ -235,12 +238,39 @@ def _source_label(label: Label, tenant: str | None, index: Index, field: str) ->
     return stored
 
 
+OTHER_CATEGORY = "other"  # the gauge's label for a category no labelled set has
+
+
 class IncidentGaugeCollector(Collector):
     """`plumbline_incidents{status,category}`, counted in the state store at scrape time (so every replica
-    sharing a PostgreSQL store reports the same numbers)."""
+    sharing a PostgreSQL store reports the same numbers).
 
-    def __init__(self, state: Callable[[], StateStore | None]) -> None:
+    A reporter types the category: as a label value it would make a series per spelling, readable by whoever
+    can scrape. So `category` is one of the categories the labelled sets' cases have (stored and packaged, and
+    `uncategorized`), any other counted as `other`. Those categories are read again only when a stored set
+    changed (its update time is the cache key), so a scrape costs one small query besides the counts."""
+
+    def __init__(self, state: Callable[[], StateStore | None], seeds: Path | None = PACKAGE_DIR / "sets") -> None:
         self._state = state  # None until the store is open
+        self._seeds = seeds  # the packaged sets, as the service's SetStore reads them
+        self._lock = threading.Lock()
+        self._known: tuple[tuple[tuple[str, str], ...], frozenset[str]] | None = None  # (stored sets' versions, ...)
+
+    def categories(self, state: StateStore) -> frozenset[str]:
+        """The categories the label may show: those of every labelled set's cases, and `uncategorized`."""
+        versions = state.set_versions()
+        with self._lock:
+            if self._known is not None and self._known[0] == versions:
+                return self._known[1]
+            sets = SetStore(state, self._seeds)
+            found = {"uncategorized"}
+            for name in sets.names():
+                try:
+                    found.update(case.category for case in sets.get(name))
+                except EvalError as exc:  # a packaged seed edited by hand: its categories count as `other`
+                    log.warning("incident gauges: set %r cannot be read: %s", name, exc)
+            self._known = (versions, frozenset(found))
+            return self._known[1]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         gauge = GaugeMetricFamily(
@@ -249,9 +279,14 @@ class IncidentGaugeCollector(Collector):
         state = self._state()
         try:
             counts = state.incidents.counts() if state is not None else []
+            known = self.categories(state) if state is not None and counts else frozenset()
         except StoreUnavailable as exc:  # /metrics still answers, with the serving metrics
             log.warning("incident gauges left out of this scrape: %s", exc)
             return
+        folded: dict[tuple[str, str], int] = {}
         for status, category, n in counts:
+            key = (status, category if category in known else OTHER_CATEGORY)
+            folded[key] = folded.get(key, 0) + n
+        for (status, category), n in folded.items():
             gauge.add_metric([status, category], n)
         yield gauge

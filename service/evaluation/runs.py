@@ -172,9 +172,10 @@ class EvalService:
             deadline = self.timeout if limited else None
             return self._execute(spec, cases, reference, run_id=new_run_id(), deadline=deadline, progress=progress)
 
-    def submit(self, spec: RunSpec) -> str:
+    def submit(self, spec: RunSpec, *, started_by: str | None = None) -> str:
         """Start a run in the background and return its id at once; `job(id)` shows its progress, `cancel(id)`
-        stops it. Refused at once (`Busy`) when the run limit or the set's monitoring lease is taken."""
+        stops it. Refused at once (`Busy`) when the run limit or the set's monitoring lease is taken.
+        `started_by`: the id of the API key that asked for it (its job records it: who may cancel it)."""
         if self.jobs is None:
             raise NotReady("background runs need the state store")
         spec, cases, reference = self._prepare(spec)
@@ -183,7 +184,9 @@ class EvalService:
         with held:
             held.enter_context(self._slot())
             held.enter_context(self._monitoring_lease(spec))
-            self.jobs.start(run_id, spec.set_name, spec.kind, len(cases), self.owner, spec.tenant)
+            self.jobs.start(
+                run_id, spec.set_name, spec.kind, len(cases), self.owner, spec.tenant, started_by=started_by
+            )
             held = held.pop_all()
 
         def work() -> None:

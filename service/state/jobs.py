@@ -38,6 +38,7 @@ class Job:
     heartbeat_at: str
     finished_at: str | None
     tenant: str | None = None  # the tenant its run is confined to
+    started_by: str | None = None  # the id of the API key that started it; None: auth off, the CLI, older jobs
 
 
 def _after(seconds: float) -> str:
@@ -48,7 +49,18 @@ class JobRecords:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def start(self, run_id: str, set_name: str, kind: str, total: int, owner: str, tenant: str | None = None) -> None:
+    def start(
+        self,
+        run_id: str,
+        set_name: str,
+        kind: str,
+        total: int,
+        owner: str,
+        tenant: str | None = None,
+        *,
+        started_by: str | None = None,
+    ) -> None:
+        """Record a job as running in process `owner`; `started_by`: the id of the API key that asked for it."""
         now = now_iso()
         with writing(self.engine) as conn:
             conn.execute(
@@ -64,6 +76,7 @@ class JobRecords:
                     started_at=now,
                     heartbeat_at=now,
                     tenant=tenant,
+                    started_by=started_by,
                 )
             )
 
@@ -111,6 +124,7 @@ class JobRecords:
             row.heartbeat_at,
             row.finished_at,
             row.tenant,
+            row.started_by,
         )
 
 

@@ -55,6 +55,7 @@ jobs = Table(
     Column("heartbeat_at", String(32), nullable=False),  # a running job whose heartbeat stops was lost
     Column("finished_at", String(32)),
     Column("tenant", String(200)),  # as eval_runs.tenant
+    Column("started_by", String(32)),  # the id of the API key that started it; None: auth off, the CLI, older jobs
     Index("ix_eval_jobs_status", "status", "started_at"),
 )
 

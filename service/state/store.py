@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from pathlib import Path
@@ -39,6 +40,7 @@ from sqlalchemy.pool import StaticPool
 
 from eval.errors import AlreadyExists
 from service.errors import InsufficientStorage, InvalidRequest, StoreUnavailable
+from service.infra import logs
 from service.state import schema as t
 from service.state.audit import AuditRecords
 from service.state.incidents import IncidentRecords
@@ -50,7 +52,7 @@ from service.state.tx import one_at_a_time, writing
 MIGRATIONS = Path(__file__).parent / "migrations"
 # The newest migration's revision (a test holds it equal to alembic's head): a store already there opens without
 # alembic, whose import is 0.1 s of every server start and of every command that opens the store.
-HEAD = "0004"
+HEAD = "0005"
 CONNECT_TIMEOUT = 10  # seconds: an unreachable PostgreSQL is an error, not a hang
 SQLITE_BUSY_TIMEOUT = 30  # seconds a SQLite writer waits for another to finish
 
@@ -107,11 +109,31 @@ def _switch_to_wal(dbapi_connection: Any) -> None:
 
 FULL = ("database or disk is full", "no space left on device", "disk full")
 
+log = logging.getLogger("plumbline")
+
+
+class StateUnavailable(StoreUnavailable):
+    """The state store's database cannot be reached, or refused a statement about itself (HTTP 503).
+
+    The driver's text may name a host, a user, a database or a URL: it is logged where the error is raised (a
+    request's log line carries its id) and kept in `driver`, never in the message, which anyone shown a 503 may
+    read (readiness, a request without a key).
+    """
+
+    MESSAGE = "the state store is unavailable (the server log has the database driver's error)"
+
+    def __init__(self, driver: str = "") -> None:
+        super().__init__(self.MESSAGE)
+        self.driver = driver
+
+    def __reduce__(self) -> tuple[type[StateUnavailable], tuple[str]]:
+        return type(self), (self.driver,)
+
 
 def _translate(context: ExceptionContext) -> Exception | None:
     """Database errors as the service's own: a full disk is 507, anything else the database raises about itself
-    (unreachable, locked past the timeout, read-only) 503, a value it cannot hold 422. Constraint violations stay
-    as they are: callers turn those into 409s."""
+    (unreachable, locked past the timeout, read-only) 503 (`StateUnavailable`: the driver's text logged, not
+    shown), a value it cannot hold 422. Constraint violations stay as they are: callers turn those into 409s."""
     error = context.sqlalchemy_exception
     if isinstance(error, IntegrityError) or not isinstance(error, DBAPIError):
         return None
@@ -121,7 +143,10 @@ def _translate(context: ExceptionContext) -> Exception | None:
             f"the disk holding the state store is full ({text}): free some space. Nothing was written."
         )
     if isinstance(error, OperationalError | InterfaceError) or context.is_disconnect:
-        return StoreUnavailable(f"the state store is unavailable: {text}")
+        # the driver's words (host, user, database): for the log only, with the request's id where there is one
+        rid = logs.request_id.get()
+        log.error("the state store is unavailable%s: %s", f" (request {rid})" if rid else "", text)
+        return StateUnavailable(text)
     if isinstance(error, DataError):  # a value the database cannot hold (NUL in text, too long, out of range)
         return InvalidRequest(f"the state store cannot hold a value of this request: {text.splitlines()[0]}")
     return None
@@ -190,6 +215,12 @@ class StateStore:
     def set_names(self) -> list[str]:
         with self.engine.connect() as conn:
             return list(conn.scalars(select(t.sets.c.name).order_by(t.sets.c.name)))
+
+    def set_versions(self) -> tuple[tuple[str, str], ...]:
+        """(name, updated_at) of every stored set: what changes whenever a stored set does (a cache key)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(t.sets.c.name, t.sets.c.updated_at).order_by(t.sets.c.name))
+            return tuple((r.name, r.updated_at) for r in rows)
 
     # -- runs ------------------------------------------------------------------------------------------
 

@@ -104,7 +104,8 @@ def get_run(
 @router.post("/runs/{run_id}/cancel", response_model=EvalJobOut, status_code=status.HTTP_202_ACCEPTED)
 def cancel_run(run_id: str, evaluations: EvaluationsDep, runtime: RuntimeDep, caller: EvalRunner) -> EvalJobOut:
     """Stop a background run before its next batch of questions (on whichever replica runs it); 409 if it is not
-    running. Only an `eval:admin` key may stop a monitoring run."""
+    running. The key that started a run may stop it, and an `eval:admin` key any run; a monitoring run only an
+    `eval:admin` key."""
     job = evaluations.cancel(caller, run_id)
     audit(runtime, caller, "eval.cancel", run_id, {"set": job.set_name})
     return _job_out(evaluations.job(caller, run_id))

@@ -17,11 +17,13 @@ from tests.fakes import FakeEmbedder
 
 
 @contextmanager
-def secured_client(settings: Settings, **overrides: Any) -> Iterator[TestClient]:
-    """The real app with auth on (and the fake embedder: these tests are about who may do what)."""
+def secured_client(
+    settings: Settings, *, embedder: FakeEmbedder | None = None, **overrides: Any
+) -> Iterator[TestClient]:
+    """The real app with auth on (and the fake embedder, or the one given: these tests are about who may do what)."""
     app = create_app(
         settings.model_copy(update={"auth": "on", **overrides}),
-        components=Components(embedder=lambda _: FakeEmbedder()),
+        components=Components(embedder=lambda _: embedder or FakeEmbedder()),
     )
     with TestClient(app) as c:
         assert app.state.runtime.wait(timeout=60)

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from service.access.principals import ROLES
 from service.settings import Settings
+from tests.fakes import GatedFakeEmbedder
 from tests.service.api.access_helpers import auth, docs, make_key, secured_client
 
 NO_KEY = "00000000000000000000000000000000"
@@ -188,6 +189,43 @@ def test_keys_over_the_admin_api_rotate_and_revoke(client: TestClient) -> None:
     unknown = client.post("/admin/keys", headers=admin, json={"name": "x", "roles": ["root"]})
     assert unknown.status_code == 422
     assert "root" in unknown.json()["detail"]
+
+
+def test_only_the_key_that_started_a_run_or_an_eval_admin_may_cancel_it(settings: Settings) -> None:
+    embedder = GatedFakeEmbedder()
+    with secured_client(settings, embedder=embedder) as client:
+        starter, other, eval_admin, admin = (
+            auth(make_key(client, *roles, name=name))
+            for name, roles in (
+                ("starter", ("eval:run",)),
+                ("other", ("eval:run",)),
+                ("eval-admin", ("eval:run", "eval:admin")),
+                ("admin", ("admin",)),
+            )
+        )
+        assert client.post("/documents", headers=admin, json=docs(("t/a", "", "alpha text"))).status_code == 200
+        embedder.hold()  # the runs wait at their first batch of questions (the packaged set has 78 cases)
+        try:
+            mine, theirs = (
+                client.post("/eval/run", headers=starter, json={"set": "handbook", "async": True}).json()["run_id"]
+                for _ in range(2)
+            )
+            refused = client.post(f"/eval/runs/{mine}/cancel", headers=other)
+            assert refused.status_code == 403
+            assert "started by another key" in refused.json()["detail"]
+            assert "'eval:admin'" in refused.json()["detail"]
+            assert client.get(f"/eval/runs/{mine}", headers=other).json()["cancel_requested"] is False
+            assert client.post(f"/eval/runs/{mine}/cancel", headers=starter).status_code == 202
+            for key in (eval_admin, admin):  # eval:admin, and admin, which implies it
+                cancelled = client.post(f"/eval/runs/{theirs}/cancel", headers=key)
+                assert (cancelled.status_code, cancelled.json()["cancel_requested"]) == (202, True)
+        finally:
+            embedder.release()
+        client.app.state.runtime.evals.wait(30)  # type: ignore[attr-defined]
+        ended = [client.get(f"/eval/runs/{r}", headers=starter).json()["status"] for r in (mine, theirs)]
+        assert ended == ["cancelled", "cancelled"]
+        cancels = client.get("/admin/audit", headers=admin, params={"action": "eval.cancel"}).json()["entries"]
+        assert [e["actor"].split(" ")[0] for e in cancels] == ["admin", "eval-admin", "starter"]
 
 
 def test_every_write_is_in_the_audit_log_with_who_and_when(client: TestClient) -> None:

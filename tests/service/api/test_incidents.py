@@ -375,9 +375,20 @@ def test_incident_gauge(client: TestClient) -> None:
     a = post(client, question="refund window", doc_id="billing/refunds").json()["incident_id"]
     post(client, question="vpn token", doc_id="it/vpn", category="it")
     accept(client, a)
+    post(client, question="refund window annual", doc_id="billing/refunds", category="xyz-free-text-123")
+    post(client, question="vpn token expired", doc_id="it/vpn", category="Ask Bob, ext. 4711")
     text = client.get("/metrics").text
     assert 'plumbline_incidents{category="billing",status="accepted"} 1.0' in text
     assert 'plumbline_incidents{category="it",status="new"} 1.0' in text
+    # a category no labelled set has is not a label value of its own: free text would make a series per spelling
+    assert 'plumbline_incidents{category="other",status="new"} 2.0' in text
+    assert not any(words in text for words in ("xyz-free-text", "4711"))
+    # once a stored set has the category, the gauge shows it
+    cases = [*CASES, {**CASES[0], "id": "c2", "category": "xyz-free-text-123"}]
+    assert client.put("/eval/sets/mini", content="".join(json.dumps(x) + "\n" for x in cases)).status_code == 200
+    text = client.get("/metrics").text
+    assert 'plumbline_incidents{category="xyz-free-text-123",status="new"} 1.0' in text
+    assert 'plumbline_incidents{category="other",status="new"} 1.0' in text
 
 
 @pytest.mark.engine

@@ -62,7 +62,7 @@ def report(question: str = "What is the refund window?", *, reporter: str = "ann
 
 
 def test_migrations_build_exactly_the_declared_schema(state: StateStore) -> None:
-    assert state.revision() == "0004"
+    assert state.revision() == HEAD == "0005"
     with state.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), metadata)
     assert diff == []
@@ -96,11 +96,12 @@ def test_upgrading_an_older_schema_keeps_its_rows(state_url: str) -> None:
     old = StateStore(state_url)
     old.migrate("0001")
     old.put_set("handbook", "line\n")
-    with pytest.raises(Exception, match="incidents"):
+    with pytest.raises(Exception, match=r"incidents|state store is unavailable") as missing:
         old.incidents.search()  # the incidents tables do not exist at 0001
+    assert "incidents" in getattr(missing.value, "driver", str(missing.value))  # SQLite's error is a 503's, logged
     old.close()
     new = open_state(state_url)
-    assert new.revision() == "0004"
+    assert new.revision() == HEAD
     assert new.get_set("handbook") == "line\n"
     assert new.incidents.search() == []
     new.close()
@@ -123,12 +124,34 @@ def test_runs_stored_before_run_kinds_become_manual_runs(state_url: str) -> None
     new.close()
 
 
+def test_jobs_started_before_keys_were_recorded_keep_their_rows_with_no_key(state_url: str) -> None:
+    old = StateStore(state_url)
+    old.migrate("0004")
+    with old.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO eval_jobs (run_id, set_name, kind, status, done, total, cancel, owner, started_at, "
+                "heartbeat_at) VALUES ('r0', 's', 'manual', 'running', 0, 10, 0, 'me', 'x', 'x')"
+            )
+        )
+    old.close()
+    new = open_state(state_url)
+    job = new.jobs.get("r0")
+    assert job is not None
+    assert (job.set_name, job.started_by) == ("s", None)  # only an eval:admin key may cancel it
+    new.jobs.start("r1", "s", "manual", 10, "me", started_by="0123456789abcdef")
+    started = new.jobs.get("r1")
+    assert started is not None
+    assert started.started_by == "0123456789abcdef"
+    new.close()
+
+
 def test_replicas_starting_together_migrate_and_import_once(state_url: str, tmp_path: Path) -> None:
     (tmp_path / "eval" / "sets").mkdir(parents=True)
     (tmp_path / "eval" / "sets" / "s.jsonl").write_text('{"id": "a", "question": "q", "relevant": [{"doc_id": "d"}]}\n')
     with ThreadPoolExecutor(8) as pool:
         stores = list(pool.map(lambda _: open_state(state_url, tmp_path / "eval"), range(8)))
-    assert {s.revision() for s in stores} == {"0004"}
+    assert {s.revision() for s in stores} == {HEAD}
     for s in stores:
         s.close()
 
@@ -380,10 +403,13 @@ def test_an_unreachable_database_is_a_clear_503_error(tmp_path: Path) -> None:
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(StoreUnavailable, match="the state store is unavailable"):
-        open_state(f"postgresql://postgres@127.0.0.1:{port}/postgres")
+    url = f"postgresql://secretuser@127.0.0.1:{port}/secretdb"
+    with pytest.raises(StoreUnavailable, match="the state store is unavailable") as refused:
+        open_state(url)
+    assert str(port) not in str(refused.value)  # the driver's words are logged, and kept apart from the message
+    assert f"port {port} failed" in refused.value.driver  # type: ignore[attr-defined]
     app = create_app(
-        Settings(data_dir=tmp_path / "data", state_url=f"postgresql://postgres@127.0.0.1:{port}/postgres"),
+        Settings(data_dir=tmp_path / "data", state_url=url, auth="on"),
         components=Components(embedder=lambda _: FakeEmbedder()),
     )
     with TestClient(app) as client:
@@ -391,4 +417,37 @@ def test_an_unreachable_database_is_a_clear_503_error(tmp_path: Path) -> None:
         ready = client.get("/health/ready")
         assert ready.status_code == 503
         assert "the state store is unavailable" in ready.json()["detail"]
-        assert client.get("/eval/incidents").status_code == 503
+        keyless = client.get("/eval/incidents")
+        assert keyless.status_code == 503
+        # readiness and a request without a key: neither names the database's host, port or user
+        for body in (ready.text, keyless.text):
+            assert not any(secret in body for secret in ("127.0.0.1", str(port), "secret", "refused"))
+
+
+def test_a_state_store_failure_is_logged_with_the_request_id_and_answered_without_the_drivers_words(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = create_app(
+        Settings(data_dir=tmp_path / "data", auth="on"), components=Components(embedder=lambda _: FakeEmbedder())
+    )
+    with TestClient(app) as client:
+        assert app.state.runtime.wait(timeout=60)
+        engine = app.state.runtime.state.engine
+        leak = 'connection to server at "db.internal.example" (10.1.2.3), port 5432 failed: user "secretuser"'
+
+        def fail(*_: Any) -> None:
+            import sqlite3
+
+            raise sqlite3.OperationalError(leak)
+
+        event.listen(engine, "before_cursor_execute", fail)
+        caplog.set_level("ERROR", logger="plumbline")
+        unknown_key = {"X-API-Key": "pl_0123456789abcdef_" + "x" * 43, "X-Request-ID": "req-4f2a"}
+        refused = client.get("/eval/incidents", headers=unknown_key)  # the key's lookup fails
+        event.remove(engine, "before_cursor_execute", fail)
+    assert refused.status_code == 503
+    assert refused.json() == {"detail": "the state store is unavailable (request req-4f2a); see the server log"}
+    assert not any(word in refused.text for word in ("db.internal", "10.1.2.3", "secretuser", "5432"))
+    logged = [r for r in caplog.records if leak in r.getMessage()]
+    assert logged
+    assert all(getattr(r, "request_id", None) == "req-4f2a" and "req-4f2a" in r.getMessage() for r in logged)
