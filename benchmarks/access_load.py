@@ -10,12 +10,19 @@ errors (any answer other than the expected 200/201, or a transport error), then 
 was lost: every acknowledged document and incident is read back. The same load then runs against a server with
 auth off, and the last column is the auth-on/auth-off ratio of the p50 (what checking keys costs).
 Target (issue 10): zero errors and zero lost writes at 16 concurrent clients.
+
+    python benchmarks/access_load.py --flood-only
+
+The flood (run first, and alone with `--flood-only`): `--flood` clients (6) at once each send a key-less 60 MB
+`POST /documents` body to the server with auth on; it prints their statuses and the server's peak memory (VmHWM)
+before and after. Target (trust, round two): 401s, and a peak within a few MB of idle.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 import tempfile
 import threading
@@ -115,11 +122,84 @@ def run(auth: bool, seconds: float, clients: int) -> tuple[dict[str, list[float]
     return out, missing, int(elapsed)
 
 
+FLOOD_BYTES = 60 * 1024 * 1024
+
+
+def flood(clients: int) -> None:
+    """`clients` key-less 60 MB uploads at once to a server with auth on; their statuses and its peak memory."""
+    data = Path(tempfile.mkdtemp(prefix="plumbline-flood-"))
+    os.environ["PLUMBLINE_AUTH"] = "on"
+    url, stop = serve(data, "")
+    try:
+        pid = next(p for p in _children() if b"serve" in Path(f"/proc/{p}/cmdline").read_bytes())
+        before = _peak_kb(pid)
+        statuses: list[str] = []
+        threads = [threading.Thread(target=_upload, args=(url, statuses)) for _ in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        after = _peak_kb(pid)
+    finally:
+        stop()
+    print(f"flood: {clients} key-less uploads of {FLOOD_BYTES // 2**20} MB at once: statuses {sorted(statuses)}")
+    print(f"server peak memory (VmHWM): {before / 1024:.1f} MB before, {after / 1024:.1f} MB after")
+
+
+def _upload(url: str, statuses: list[str]) -> None:
+    host, port = url.rsplit("/", 1)[1].split(":")
+    head = f"POST /documents HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+    head += f"Content-Length: {FLOOD_BYTES}\r\n\r\n"
+    piece = b"x" * 65_536
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(head.encode())
+        sock.settimeout(0.001)
+        answer = b""
+        for _ in range(FLOOD_BYTES // len(piece)):  # send until the server answers (it should not wait for all)
+            try:
+                sock.sendall(piece)
+                answer = sock.recv(4096)
+            except (TimeoutError, BlockingIOError):
+                continue
+            except OSError:  # the server answered and closed while we were sending
+                break
+            if answer:
+                break
+        sock.settimeout(60)
+        if not answer:
+            answer = sock.recv(4096)
+    statuses.append(answer.split(b" ", 2)[1].decode() if answer.startswith(b"HTTP/") else "no answer")
+
+
+def _children() -> list[int]:
+    me = str(os.getpid())
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == me:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _peak_kb(pid: int) -> int:
+    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmHWM:"))
+    return int(line.split()[1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--flood", type=int, default=6, help="key-less 60 MB uploads sent at once (0: none)")
+    parser.add_argument("--flood-only", action="store_true", help="run the flood only")
     args = parser.parse_args()
+    if args.flood:
+        flood(args.flood)
+    if args.flood_only:
+        return
     on, lost_on, elapsed = run(True, args.seconds, args.clients)
     off, lost_off, _ = run(False, args.seconds, args.clients)
     print(f"{args.clients} clients for {args.seconds:g} s on loopback, 2 cores; auth on, then off")

@@ -189,7 +189,21 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(
         64 * 1024 * 1024,
         ge=1024,
-        description="the largest request body, in bytes, read from Content-Length: 413 beyond, before the body is read",
+        description="the largest request body, in bytes (ingest batches, labelled sets): 413 beyond, from "
+        "Content-Length before the body is read, or as soon as a chunked body passes it",
+    )
+    max_search_request_bytes: int = Field(
+        1024 * 1024,
+        ge=1024,
+        description="the largest POST /search body, in bytes (a query of max_query_chars, filters of at most 64 KB "
+        "of metadata and lists of ids fit in far less): 413 beyond; max_request_bytes caps it",
+    )
+    max_incident_request_bytes: int = Field(
+        1024 * 1024,
+        ge=1024,
+        description="the largest body of an incident report (POST /eval/incidents) or review (PATCH "
+        "/eval/incidents/{id}), in bytes (a few texts of at most 20,000 characters and filters): 413 beyond; "
+        "max_request_bytes caps it",
     )
 
     min_free_disk_mb: int = Field(

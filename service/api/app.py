@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -13,11 +14,14 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 from starlette.datastructures import Headers, MutableHeaders
+from starlette.requests import HTTPConnection, Request
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api import errors
+from service.api import auth, errors
 from service.api.routes import admin, documents, evaluation, health, identity, incidents, search, web
 from service.api.schemas import ERROR_RESPONSES
+from service.errors import Unauthenticated
 from service.evaluation.gauges import EvalGaugeCollector
 from service.evaluation.incidents import IncidentGaugeCollector
 from service.infra import logs
@@ -36,6 +40,13 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
     "Cross-Origin-Resource-Policy": "same-origin",
+}
+# Routes whose bodies never need what an ingest batch or a labelled set may: their own limit, under
+# `max_request_bytes` (which caps them), so a flood of them cannot hold much memory.
+ROUTE_LIMITS = {
+    ("POST", "/search"): "max_search_request_bytes",
+    ("POST", "/eval/incidents"): "max_incident_request_bytes",
+    ("PATCH", "/eval/incidents/{incident_id}"): "max_incident_request_bytes",
 }
 
 
@@ -79,11 +90,16 @@ def create_app(
     app.state.runtime = runtime
     app.state.registry = registry
     errors.install(app)
-    for module in (documents, search, evaluation, incidents, admin, identity, health):
+    modules = (documents, search, evaluation, incidents, admin, identity, health)
+    for module in modules:
         app.include_router(module.router)
+    # the API's routes in the router's order (included without a prefix: their paths are the served ones); the
+    # middlewares find a request's route among them before the app runs (the web page's routes need no key)
+    routes = [route for module in modules for route in module.router.routes]
     web.install(app)
     if settings.auth == "off":
         log.warning("auth is OFF (PLUMBLINE_AUTH=off): anyone who can reach this port may do anything; local demo only")
+    app.add_middleware(Authenticate, api=app, routes=routes, runtime=runtime)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -94,20 +110,42 @@ def create_app(
             max_age=600,
         )
     security_headers = {**SECURITY_HEADERS, **({"X-Plumbline-Auth": "off"} if settings.auth == "off" else {})}
-    app.add_middleware(Observe, limit=settings.max_request_bytes, metrics=metrics, headers=security_headers)
+    limits = {route: min(getattr(settings, name), settings.max_request_bytes) for route, name in ROUTE_LIMITS.items()}
+    # the last added runs first: Observe, then CORS (so a 401 carries its headers), then Authenticate
+    app.add_middleware(
+        Observe,
+        limit=settings.max_request_bytes,
+        limits=limits,
+        routes=routes,
+        metrics=metrics,
+        headers=security_headers,
+    )
     return app
 
 
 class Observe:
     """Around every HTTP request: its id (the caller's `X-Request-ID` or a fresh one, in every log line and the
-    response), the body-size limit (413 before the body is read), a 500 for an exception nothing mapped (logged with
-    the id), the request metrics and access log line, and the headers every response carries. Plain ASGI: Starlette's
+    response), the body-size limit (`max_request_bytes`, or the route's own in `ROUTE_LIMITS`: a 413 from
+    `Content-Length` before the body is read, else as soon as the bytes read pass it, so a chunked body is bounded
+    too and no handler sees part of one), a 500 for an exception nothing mapped (logged with the id), the request
+    metrics and access log line, and the headers every response carries. Plain ASGI: Starlette's
     `@app.middleware("http")` runs the app in a task of its own and streams its response through a queue; as that,
     a /search on the handbook spent 2.4-3.5 ms in the app beyond the pipeline, as this 1.6-2.5 (in-process, two
     runs each way, two cores)."""
 
-    def __init__(self, app: ASGIApp, *, limit: int, metrics: ServiceMetrics, headers: dict[str, str]) -> None:
-        self.app, self.limit, self.metrics, self.headers = app, limit, metrics, headers
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        limit: int,
+        limits: dict[tuple[str, str], int],
+        routes: list[BaseRoute],
+        metrics: ServiceMetrics,
+        headers: dict[str, str],
+    ) -> None:
+        self.app, self.limit, self.limits, self.routes = app, limit, limits, routes
+        self.metrics, self.headers = metrics, headers
+        self.limited_methods = {method for method, _ in limits}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -119,6 +157,9 @@ class Observe:
         token = logs.request_id.set(rid)
         status = 500
         started = False
+        limit = self._limit(scope)
+        received = 0
+        too_large = False  # the body passed the limit while the app read it: whatever the app answers, a 413
 
         async def send_stamped(message: Message) -> None:
             nonlocal status, started
@@ -132,22 +173,48 @@ class Observe:
                     headers.setdefault(name, value)
             await send(message)
 
+        async def send_unless_too_large(message: Message) -> None:
+            if not too_large:
+                await send_stamped(message)
+
+        async def receive_bounded() -> Message:
+            nonlocal received, too_large
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    too_large = True
+                    raise BodyTooLarge(limit)
+            return message
+
         try:
             length = request_headers.get("content-length")
-            if length and length.isdigit() and int(length) > self.limit:
-                detail = f"request body is {length} bytes; the limit is {self.limit}: send smaller batches"
-                await JSONResponse({"detail": detail}, status_code=413)(scope, receive, send_stamped)
+            if length and length.isdigit() and int(length) > limit:
+                await _too_large(f"{length} bytes", limit)(scope, receive, send_stamped)
                 return
             try:
-                await self.app(scope, receive, send_stamped)
+                await self.app(scope, receive_bounded, send_unless_too_large)
             except Exception:  # nothing mapped it: a 500 answered here, logged and counted with the request id
-                log.exception("unhandled error in %s %s", scope["method"], scope["path"])
-                if started:  # the response is under way: nothing left to answer with
-                    raise
-                await errors.internal_error()(scope, receive, send_stamped)
+                if too_large and not started:
+                    pass  # the app gave up on the body it could not read whole: answered below
+                else:
+                    log.exception("unhandled error in %s %s", scope["method"], scope["path"])
+                    if started:  # the response is under way: nothing left to answer with
+                        raise
+                    await errors.internal_error()(scope, receive, send_stamped)
+            if too_large and not started:
+                await _too_large(f"over {limit} bytes", limit)(scope, receive, send_stamped)
         finally:
             self._observe(scope, status, start)
             logs.request_id.reset(token)
+
+    def _limit(self, scope: Scope) -> int:
+        """The route's own limit, if it has one; else `max_request_bytes`."""
+        if scope["method"] not in self.limited_methods:
+            return self.limit
+        route = matched(self.routes, scope)
+        path = getattr(route, "path", None)
+        return self.limits.get((scope["method"], path), self.limit) if path else self.limit
 
     def _observe(self, scope: Scope, status: int, start: float) -> None:
         endpoint = getattr(scope.get("route"), "path", "unmatched")
@@ -156,6 +223,70 @@ class Observe:
         client = scope["client"][0] if scope.get("client") else None
         fields = {"method": scope["method"], "path": scope["path"], "endpoint": endpoint, "status": status}
         access.info("request", extra={**fields, "duration_ms": round(seconds * 1000, 2), "client": client})
+
+
+class BodyTooLarge(Exception):
+    """Raised to the app by `Observe`'s `receive` once a body passes its limit (`Observe` answers the 413)."""
+
+
+def _too_large(size: str, limit: int) -> JSONResponse:
+    detail = f"request body is {size}; the limit is {limit}: send smaller batches"
+    return JSONResponse({"detail": detail}, status_code=413)
+
+
+class Authenticate:
+    """The key of a request to a route that needs one (`auth.needs_key`), checked from its headers before the app
+    runs, so before any byte of its body is read: a caller without a valid key costs no more than its headers.
+    The 401 is the one the dependency gives (the app's own handler of `Unauthenticated` makes it); the caller
+    found is left in the scope for `auth.get_principal`, and the roles stay the dependencies' to check (403).
+    Whatever else goes wrong (the service still starting, the keys file unreadable, the state store down), the
+    request goes on to the app, whose dependencies answer as they always did."""
+
+    def __init__(self, app: ASGIApp, *, api: FastAPI, routes: list[BaseRoute], runtime: Runtime) -> None:
+        self.app, self.api, self.routes, self.runtime = app, api, routes, runtime
+        self._needs_key: dict[int, bool] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.runtime.settings.auth == "off":
+            await self.app(scope, receive, send)
+            return
+        route = matched(self.routes, scope)
+        if route is None or not self._needs(route):
+            await self.app(scope, receive, send)
+            return
+        try:
+            principal = await auth.authenticate(
+                self.runtime.authenticator, await auth.presented_key(HTTPConnection(scope))
+            )
+        except Unauthenticated as exc:
+            handlers = self.api.exception_handlers
+            handler = next((handlers[kind] for kind in type(exc).__mro__ if kind in handlers), None)
+            if handler is None:  # pragma: no cover - errors.install maps every PlumblineError
+                raise
+            scope["route"] = route  # the metrics and the access log name the endpoint, as when the dependency answered
+            response = handler(Request(scope), exc)
+            await (await response if inspect.isawaitable(response) else response)(scope, receive, send)
+            return
+        except Exception:  # not a verdict on the key: the dependencies meet it again and answer
+            pass
+        else:
+            scope[auth.PRINCIPAL] = principal
+        await self.app(scope, receive, send)
+
+    def _needs(self, route: BaseRoute) -> bool:
+        needs = self._needs_key.get(id(route))
+        if needs is None:
+            needs = self._needs_key[id(route)] = auth.needs_key(route, self.runtime.settings)
+        return needs
+
+
+def matched(routes: list[BaseRoute], scope: Scope) -> BaseRoute | None:
+    """The route of `routes` the router will hand a request to (the first that matches its path and method)."""
+    for route in routes:
+        match, _ = route.matches(scope)
+        if match is Match.FULL:
+            return route
+    return None
 
 
 def _counts(runtime: Runtime) -> dict[str, int] | None:

@@ -7,15 +7,21 @@ every caller is `ANONYMOUS`, who holds every role, and every response says so in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 from fastapi import Depends, Request, Security
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import HTTPConnection
+from starlette.routing import BaseRoute
 
+from service.access.keys import Authenticator
 from service.access.principals import ANONYMOUS, Principal, require
 from service.runtime import Runtime
+from service.settings import Settings
 
 AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"description": "no valid API key (X-API-Key or Authorization: Bearer)"},
@@ -37,13 +43,51 @@ async def get_principal(
     runtime: Runtime = request.app.state.runtime
     if runtime.settings.auth == "off":
         return ANONYMOUS
-    token = (header_key or "").strip() or (bearer.credentials.strip() if bearer else None)
-    auth = runtime.authenticator
-    # a key cached in the last few seconds is checked here; any other is looked up in the state store, in a thread
+    known = request.scope.get(PRINCIPAL)  # `app.Authenticate` checked this request's key before its body was read
+    if isinstance(known, Principal):
+        return known
+    return await authenticate(runtime.authenticator, _token(header_key, bearer))
+
+
+# Where `app.Authenticate` leaves the caller it found in the request's ASGI scope (no client can set a scope key).
+PRINCIPAL = "plumbline.principal"
+
+
+def _token(header_key: str | None, bearer: HTTPAuthorizationCredentials | None) -> str | None:
+    return (header_key or "").strip() or (bearer.credentials.strip() if bearer else None)
+
+
+async def authenticate(auth: Authenticator, token: str | None) -> Principal:
+    """The caller a key is, or `Unauthenticated`: a key cached in the last few seconds is checked here (no I/O);
+    any other is looked up in the secrets file or the state store, in a thread."""
     principal = auth.cached(token) if auth.file is None else None
     if principal is None:
         principal = await run_in_threadpool(auth.authenticate, token)
     return principal
+
+
+async def presented_key(connection: HTTPConnection) -> str | None:
+    """The key a request presents, read from its headers exactly as `get_principal`'s parameters read it."""
+    bearer = await BEARER(connection)
+    return _token(await API_KEY_HEADER(connection), bearer)
+
+
+def needs_key(route: BaseRoute, settings: Settings) -> bool:
+    """Whether a route answers only callers with a valid key: it depends on `get_principal` (every role does), or
+    it is the scrape endpoint and `metrics_auth` is on. The open routes (health, the page, the docs) do not."""
+    if settings.auth == "off" or not isinstance(route, APIRoute):
+        return False
+    calls = _calls(route.dependant)
+    return get_principal in calls or (metrics_caller in calls and settings.metrics_auth)
+
+
+def _calls(dependant: Dependant) -> set[Callable[..., Any]]:
+    out: set[Callable[..., Any]] = set()
+    for sub in dependant.dependencies:
+        if sub.call is not None:
+            out.add(sub.call)
+        out |= _calls(sub)
+    return out
 
 
 def role(*roles: str) -> Any:
