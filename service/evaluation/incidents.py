@@ -84,10 +84,21 @@ class IncidentService:
         self.default_set = default_set
         self.count_new = count_new
 
-    def report(self, r: IncidentReport, index: Index, pipeline: SearchPipeline, base: SearchParams, k: int) -> Reported:
+    def report(
+        self,
+        r: IncidentReport,
+        index: Index,
+        pipeline: SearchPipeline,
+        base: SearchParams,
+        k: int,
+        *,
+        precise: bool = True,
+    ) -> Reported:
         """Validate, store (committed before this returns), then triage with `base` as the search parameters, in the
-        top `k` unless the report says how many results the assistant used."""
-        new, stored = self._validated(r, index)
+        top `k` unless the report says how many results the assistant used. `precise`: a refused source says why
+        (no such document, no such chunk, the words are not in it or only in a heading); without it, one answer for
+        all (`not_reportable`), for a caller that may not read the tenant's documents."""
+        new, stored = self._validated(r, index, precise)
         incident, merged = self.records.report(new)
         crash_point("incident:committed")
         try:
@@ -110,7 +121,7 @@ class IncidentService:
         spec = parse_filters(new.filters)
         return replace(spec, tenant=new.tenant) if new.tenant else spec
 
-    def _validated(self, r: IncidentReport, index: Index) -> tuple[NewReport, StoredDocument]:
+    def _validated(self, r: IncidentReport, index: Index, precise: bool) -> tuple[NewReport, StoredDocument]:
         question, key = _question(r.question)
         set_name = check_name(r.set or self.default_set, "set")
         filters = dict(r.filters or {})
@@ -121,7 +132,7 @@ class IncidentService:
         else:
             tenant = r.tenant
         self._check_filters(filters)
-        label, stored = _source(r, tenant, index)
+        label, stored = _source(r, tenant, index, precise)
         new = NewReport(
             set_name=set_name,
             tenant=tenant,
@@ -138,9 +149,18 @@ class IncidentService:
         )
         return new, stored
 
-    def review(self, incident_id: int, reviewer: str, changes: Mapping[str, Any], index: Index | None) -> Incident:
+    def review(
+        self,
+        incident_id: int,
+        reviewer: str,
+        changes: Mapping[str, Any],
+        index: Index | None,
+        *,
+        precise: bool = True,
+    ) -> Incident:
         """Edit fields (question, category, labels, filters) and/or move the status (accepted, rejected,
-        new) with a reason; the reviewer and every change go to the incident's history."""
+        new) with a reason; the reviewer and every change go to the incident's history. `precise` as in `report`,
+        for the labels' sources."""
         current = self.records.get(incident_id)
         values: dict[str, Any] = {}
         if "question" in changes:
@@ -157,7 +177,7 @@ class IncidentService:
                 raise InvalidRequest("labels: an incident needs at least one source")
             if index is not None:
                 for label in labels:
-                    _source_label(label, current.tenant, index, "labels")
+                    _source_label(label, current.tenant, index, "labels", precise)
             values["labels"] = [label.to_json() for label in labels]
         action = "edited"
         status = changes.get("status")
@@ -198,7 +218,7 @@ def _most_specific(labels: Sequence[Label], reported: Label) -> Label:
     return next((x for x in labels if x.document == reported.document and x.kind != "doc"), reported)
 
 
-def _source(r: IncidentReport, tenant: str | None, index: Index) -> tuple[Label, StoredDocument]:
+def _source(r: IncidentReport, tenant: str | None, index: Index, precise: bool) -> tuple[Label, StoredDocument]:
     if r.chunk_id and (r.doc_id or r.evidence):
         raise InvalidRequest("chunk_id: give either chunk_id, or doc_id (with evidence), not both")
     if r.chunk_id:
@@ -209,23 +229,50 @@ def _source(r: IncidentReport, tenant: str | None, index: Index) -> tuple[Label,
         field = "doc_id"
     else:
         raise InvalidRequest("doc_id: name the document that answers the question (or a chunk_id)")
-    return label, _source_label(label, tenant, index, field)
+    return label, _source_label(label, tenant, index, field, precise)
 
 
-def _source_label(label: Label, tenant: str | None, index: Index, field: str) -> StoredDocument:
-    """The label's document, which must exist for `tenant`; its chunk or evidence must be in it."""
+def not_reportable(label: Label, tenant: str | None, field: str) -> InvalidRequest:
+    """The one answer, built from the request alone, for a source that does not exist, that the caller may not see
+    (another tenant's), or whose chunk or evidence is not in it: it tells an honest reporter what to check and a
+    prober nothing about the index."""
+    of = f" of tenant {tenant!r}" if tenant else ""
+    if label.chunk_id is not None:
+        return InvalidRequest(
+            f"{field}: that chunk is not among those this key may report on: check the chunk id (a chunk of a "
+            f"document{of})"
+        )
+    if label.evidence is None:
+        return InvalidRequest(
+            f"{field}: that document is not among those this key may report on: check the id (a document{of})"
+        )
+    return InvalidRequest(
+        f"{field}: no document with that id and evidence is among those this key may report on: check the id (a "
+        f"document{of}) and copy the evidence from one passage of its body (not a heading)"
+    )
+
+
+def _source_label(label: Label, tenant: str | None, index: Index, field: str, precise: bool) -> StoredDocument:
+    """The label's document, which must exist for `tenant`; its chunk or evidence must be in it. Unless `precise`,
+    every refusal is `not_reportable`."""
     where = f" in tenant {tenant!r}" if tenant else ""
     try:
         stored = index.get(label.document)
     except NotFound:
         stored = None
     if stored is None or (tenant is not None and stored.document.tenant != tenant):
+        if not precise:
+            raise not_reportable(label, tenant, field)
         raise InvalidRequest(f"{field}: there is no document {label.document!r}{where}")
     if label.chunk_id is not None and label.chunk_id not in {c.chunk_id for c in stored.chunks}:
+        if not precise:
+            raise not_reportable(label, tenant, field)
         raise InvalidRequest(f"chunk_id: document {label.document!r} has no chunk {label.chunk_id!r}")
     if label.evidence is not None:
         words = normalize(label.evidence)
         if not any(words in normalize(c.text) for c in stored.chunks):
+            if not precise:
+                raise not_reportable(label, tenant, field)
             if words in normalize(stored.document.text):
                 raise InvalidRequest(
                     f"evidence: the words are in document {label.document!r} but in no single passage of its body "

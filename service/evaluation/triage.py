@@ -13,6 +13,10 @@ Verdicts, in the order they are decided:
 
 Each filter is tested on its own against the source's chunks inside the engine, so "which filter" uses the
 very conditions `/search` applies.
+
+The rank, the stages, `filtered_by`, the top hits and the source's status come from searching the index: a key that
+may not search the incident's tenant is shown the verdict alone (`Triage.withheld`, `withhold`; the application
+layer decides who).
 """
 
 from __future__ import annotations
@@ -56,6 +60,29 @@ class Triage:
             "source": dict(self.source),
             "explanation": self.explanation,
         }
+
+    def withheld(self) -> Triage:
+        """What a key that may not search the tenant is shown: the verdict and k, and what to look at."""
+        return _withheld(self.verdict, self.k)
+
+
+def withhold(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """`Triage.withheld` of a triage stored as JSON (`Triage.to_json`)."""
+    return _withheld(str(stored["verdict"]), int(stored["k"])).to_json()
+
+
+WITHHELD = "the rank, the hits that came first and the source's status are shown only to keys with the search role"
+
+
+def _withheld(verdict: str, k: int) -> Triage:
+    what = {
+        "retrieved": f"the source was within the top {k}: look at generation",
+        "ranked_low": f"the source was retrieved, below the top {k}: look at rerank and fusion weights",
+        "filtered_out": "a filter the user had (or the freshness guard) hid the source",
+        "stale_source": "the reported source is outdated: point the incident at the current version, or reject it",
+        "not_retrieved": "the source was not retrieved and no filter hid it: look at chunking and keywords",
+    }.get(verdict, verdict)
+    return Triage(verdict, k, None, {}, (), (), {}, f"{what} ({WITHHELD} for this tenant)")
 
 
 def outdated(stored: StoredDocument, now: dt.datetime) -> str | None:
