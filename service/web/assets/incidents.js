@@ -137,14 +137,16 @@ export function triageView(incident) {
   if (!t) {
     return h("div", { class: "triage" }, h("p", {}, incident.triage_error ? `Triage could not run: ${incident.triage_error}` : "No triage yet."));
   }
+  // a key without the search role for the tenant gets the verdict only: no rank, stages or hits to show
+  const withheld = Object.keys(t.stages).length === 0;
   return h(
     "section",
     { class: "triage", "aria-labelledby": `triage-${incident.incident_id}` },
     h("h4", { id: `triage-${incident.incident_id}` }, "Triage ", badge(t.verdict.replace("_", " "), t.verdict)),
     h("p", { class: "verdict-text" }, VERDICTS[t.verdict] || t.verdict),
     h("p", {}, t.explanation),
-    h("p", {}, t.rank ? `Final rank #${t.rank} (the assistant used the first ${t.k}).` : `Not in the first ${t.k} results.`),
-    table(
+    withheld ? null : h("p", {}, t.rank ? `Final rank #${t.rank} (the assistant used the first ${t.k}).` : `Not in the first ${t.k} results.`),
+    withheld ? null : table(
       ["Stage", "Rank of the source"],
       Object.entries(t.stages).map(([stage, rank]) => [
         STAGE_NAMES[stage] || stage,
