@@ -258,6 +258,12 @@ class Settings(BaseSettings):
         description='origins a browser may call from (JSON in PLUMBLINE_CORS_ORIGINS, e.g. ["https://app.example"]); '
         "empty: no cross-origin access",
     )
+    allowed_hosts: list[str] | None = Field(
+        None,
+        description="the host names a request's Host header may carry, any port (JSON in PLUMBLINE_ALLOWED_HOSTS, "
+        'e.g. ["plumbline.lan", "*.corp.example"]; "*": any); others get 421. Unset: with auth off, localhost, '
+        "127.0.0.1, [::1] and the host serve --host names (against DNS rebinding); with auth on, any",
+    )
     log_format: Literal["json", "text"] = Field(
         "json", description="json: one JSON object per line (for log collectors); text: for a terminal"
     )

@@ -36,6 +36,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # The suite tests search, ingest, eval and incidents with auth off (the service's default is on); the access tests
 # (tests/service/api/test_access*.py, tests/service/cli/test_keys.py) pass auth="on" and cover every endpoint.
 os.environ.setdefault("PLUMBLINE_AUTH", "off")
+# With auth off the service answers only the loopback host names (against DNS rebinding); Starlette's TestClient
+# sends `Host: testserver`, so the suite lists it with them (a setting, never a default). The servers the tests start
+# are reached at 127.0.0.1. tests/service/api/test_host_and_denials.py tests the default list.
+os.environ.setdefault("PLUMBLINE_ALLOWED_HOSTS", '["testserver", "localhost", "127.0.0.1", "[::1]"]')
 # Servers the tests start embed documents at normal priority (the service's default is nice 10, tested in
 # tests/service/retrieval/test_onnx_models.py): two test workers share two cores, and a niced ingest would wait on
 # the other.

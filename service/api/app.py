@@ -56,8 +56,10 @@ def create_app(
     components: Components | None = None,
     registry: CollectorRegistry | None = None,
     preload: tuple[Path, ...] = (),
+    bound_host: str | None = None,
 ) -> FastAPI:
-    """Build the service. Models load in the background after startup; `/health/ready` says when.
+    """Build the service. Models load in the background after startup; `/health/ready` says when. `bound_host`: the
+    address `plumbline serve --host` listens on (a name requests may carry in `Host`; see `CheckHost`).
 
     Example:
         >>> app = create_app(Settings(data_dir=Path("/tmp/plumbline")))
@@ -90,6 +92,7 @@ def create_app(
     app.state.runtime = runtime
     app.state.registry = registry
     errors.install(app)
+    auth.audit_denials(app, runtime, metrics)
     modules = (documents, search, evaluation, incidents, admin, identity, health)
     for module in modules:
         app.include_router(module.router)
@@ -111,7 +114,10 @@ def create_app(
         )
     security_headers = {**SECURITY_HEADERS, **({"X-Plumbline-Auth": "off"} if settings.auth == "off" else {})}
     limits = {route: min(getattr(settings, name), settings.max_request_bytes) for route, name in ROUTE_LIMITS.items()}
-    # the last added runs first: Observe, then CORS (so a 401 carries its headers), then Authenticate
+    hosts = accepted_hosts(settings, bound_host)
+    if hosts is not None:
+        app.add_middleware(CheckHost, hosts=hosts, explicit=settings.allowed_hosts is not None)
+    # the last added runs first: Observe, then CheckHost, then CORS (so a 401 carries its headers), then Authenticate
     app.add_middleware(
         Observe,
         limit=settings.max_request_bytes,
@@ -232,6 +238,68 @@ class BodyTooLarge(Exception):
 def _too_large(size: str, limit: int) -> JSONResponse:
     detail = f"request body is {size}; the limit is {limit}: send smaller batches"
     return JSONResponse({"detail": detail}, status_code=413)
+
+
+LOOPBACK = ("localhost", "127.0.0.1", "[::1]")
+WILDCARD_ADDRESSES = {"", "0.0.0.0", "[::]"}  # `serve --host` on every interface names no host of its own
+
+
+def accepted_hosts(settings: Settings, bound_host: str | None) -> frozenset[str] | None:
+    """The host names (normalised by `host_name`) requests may carry in `Host`; None: any. `allowed_hosts` when
+    set; else, with auth off, the loopback names and the bound host; with auth on, any (keys protect the service,
+    and an ingress may forward any host)."""
+    if settings.allowed_hosts is not None:
+        return frozenset(host_name(h, entry=True) for h in settings.allowed_hosts)
+    if settings.auth == "on":
+        return None
+    bound = host_name(bound_host or "", entry=True)
+    return frozenset((*LOOPBACK, *(() if bound in WILDCARD_ADDRESSES else (bound,))))
+
+
+def host_name(value: str, *, entry: bool = False) -> str:
+    """The host of a `Host` header (or of an allowed-hosts entry), lower case, without the port or a final dot;
+    an IPv6 address in brackets (an entry may omit them)."""
+    value = value.strip().lower()
+    if entry and value.count(":") > 1 and not value.startswith("["):
+        value = f"[{value}]"  # a bare IPv6 address
+    if value.startswith("["):
+        return value[: value.find("]") + 1] if "]" in value else value
+    name, colon, port = value.rpartition(":")
+    return (name if colon and (port.isdigit() or not port) else value).rstrip(".")
+
+
+class CheckHost:
+    """Requests whose `Host` is not one of `hosts` get a 421 saying which are, before anything else runs: with auth
+    off, a web page elsewhere could otherwise reach this service through a DNS name of its own that resolves to
+    127.0.0.1 (DNS rebinding), and the browser would let it read the answers. `*` allows any host, `*.example.com`
+    any under it. A request without a `Host` header (HTTP/1.0, a bare ASGI call) passes: a browser always sends one.
+    Plain ASGI, one pass over the request's raw headers (Starlette's `TrustedHostMiddleware` answers a bare 400
+    "Invalid host header", and refuses a request without one)."""
+
+    def __init__(self, app: ASGIApp, *, hosts: frozenset[str], explicit: bool) -> None:
+        self.app, self.explicit = app, explicit
+        self.any = "*" in hosts
+        self.hosts = frozenset(h for h in hosts if not h.startswith("*"))
+        self.suffixes = tuple(h[1:] for h in hosts if h.startswith("*."))
+        shown = ", ".join(sorted(hosts))
+        self.hint = (
+            f"the hosts this service answers are {shown} (any port): list others in PLUMBLINE_ALLOWED_HOSTS (JSON, "
+            'e.g. ["plumbline.lan"])'
+            + ("" if explicit else ", or turn auth on; with auth off any other host could be a web page's DNS name")
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.any:
+            await self.app(scope, receive, send)
+            return
+        raw = next((value for name, value in scope["headers"] if name == b"host"), None)
+        host = raw.decode("latin-1") if raw is not None else None
+        name = host_name(host) if host is not None else None
+        if name is None or name in self.hosts or (self.suffixes and name.endswith(self.suffixes)):
+            await self.app(scope, receive, send)
+            return
+        detail = f"Host {(host or '')[:100]!r} is not accepted: {self.hint}"
+        await JSONResponse({"detail": detail}, status_code=421)(scope, receive, send)
 
 
 class Authenticate:

@@ -129,7 +129,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = settings_of(args)
     logs.configure(settings.log_format)
-    app = create_app(settings, preload=tuple(args.ingest))
+    app = create_app(settings, preload=tuple(args.ingest), bound_host=args.host)  # a Host requests may carry
     # refused here, before any port is bound, if another process holds the data directory; a read-only one is
     # served, its readiness saying why nothing works
     app.state.runtime.take_lock()

@@ -47,6 +47,12 @@ class ServiceMetrics:
         )
         self.ready = Gauge("plumbline_ready", "1 once models are loaded and the store is open.", registry=registry)
         self.ingested_chunks = Counter("plumbline_ingested_chunks", "Chunks written by ingestion.", registry=registry)
+        self.auth_failures = Counter(
+            "plumbline_auth_failures",
+            "Requests refused for want of a valid API key (401) or of a role, or by a tenant binding (403).",
+            ["status"],
+            registry=registry,
+        )
 
     def observe_stage(self, stage: str, seconds: float) -> None:
         self.stage_seconds.labels(stage).observe(seconds)

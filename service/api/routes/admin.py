@@ -66,7 +66,8 @@ async def audit_log(
     before: Annotated[int | None, Query(ge=1, le=2**31 - 1, description="page on: the last page's next_before")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
-    """Every write, newest first: who (key name and id), what (action, target, details) and when."""
+    """Every write, and refused requests (401 and 403, `auth.denied`, rate-limited), newest first: who (key name and
+    id), what (action, target, details) and when."""
     found = await run_in_threadpool(
         runtime.audit.page,
         before=before,
