@@ -25,6 +25,11 @@ INT64 = 2**63
 MAX_METADATA_DEPTH = 8
 MAX_METADATA_BYTES = 64 * 1024
 DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+# The longest lists a filter may name (422 beyond), far past what a search needs, so that a body under the byte limit
+# cannot make a filter of millions of conditions: tags and document ids (a document holds at most 100 tags; an
+# application narrowing a search to the documents a user may see names them; 1,000 is `max_candidates`' default).
+MAX_FILTER_TAGS = 1000
+MAX_FILTER_DOC_IDS = 1000
 
 
 def valid_text(value: str) -> str:
@@ -100,9 +105,9 @@ class DocumentIn(Strict):
 
 class FiltersIn(Strict):
     tenant: Text | None = None
-    tags: list[Text] = Field(default_factory=list, description="any of these tags")
-    doc_ids: list[Text] = Field(default_factory=list)
-    status: list[DocStatus] = Field(default_factory=list)
+    tags: list[Text] = Field(default_factory=list, max_length=MAX_FILTER_TAGS, description="any of these tags")
+    doc_ids: list[Text] = Field(default_factory=list, max_length=MAX_FILTER_DOC_IDS, description="any of these ids")
+    status: list[DocStatus] = Field(default_factory=list, max_length=len(DocStatus), description="any of these")
     updated_after: UtcDatetime | None = None
     updated_before: UtcDatetime | None = None
     metadata: Metadata = Field(

@@ -8,13 +8,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from limits import parse_many
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.domain import FusionMethod, Mode
 from service.stores.edge_layout import GRAPH_FROM
 
 PACKAGED_MODEL = "packaged:all-MiniLM-L6-v2"
+# The most documents one ingest request may carry whatever `max_batch_documents` says: `IngestRequest` checks it
+# before building a model of each document (a 64 MB body holds millions of tiny ones).
+MAX_BATCH_DOCUMENTS = 10_000
 
 
 class Settings(BaseSettings):
@@ -182,7 +186,9 @@ class Settings(BaseSettings):
     max_query_chars: int = Field(2000, ge=1, description="the longest query, in characters (422 beyond)")
 
     # ingestion limits
-    max_batch_documents: int = Field(500, ge=1, description="documents in one ingest batch at most (422 beyond)")
+    max_batch_documents: int = Field(
+        500, ge=1, le=MAX_BATCH_DOCUMENTS, description="documents in one ingest batch at most (413 beyond)"
+    )
     max_document_chars: int = Field(
         2_000_000, ge=1, description="the longest document text, in characters (422 beyond)"
     )
@@ -220,6 +226,17 @@ class Settings(BaseSettings):
     max_concurrent_evals: int = Field(2, ge=1, description="eval runs at once; more get 429 with Retry-After")
     eval_timeout_seconds: float = Field(600, gt=0, description="an eval run stops with 504 past this")
     search_timeout_seconds: float = Field(30, gt=0, description="a search answers 504 past this")
+    rate_limit: str | None = Field(
+        "6000/minute",
+        description="requests one API key may make, a moving window (limits' notation: 6000/minute, or several as "
+        '"20/second;6000/minute"); past it 429 with Retry-After; /health/* never counts; empty: no limit',
+    )
+    rate_limit_per_address: str | None = Field(
+        None,
+        description="requests one client address may make to what needs no key (every endpoint with auth off; the "
+        "page, the docs and an open /metrics with auth on), in the same notation; unset: no limit (behind a proxy "
+        "every caller has its address)",
+    )
 
     # state store and incidents
     state_url: str | None = Field(
@@ -267,6 +284,20 @@ class Settings(BaseSettings):
     log_format: Literal["json", "text"] = Field(
         "json", description="json: one JSON object per line (for log collectors); text: for a terminal"
     )
+
+    @field_validator("rate_limit", "rate_limit_per_address", mode="before")
+    @classmethod
+    def _rate(cls, value: Any) -> Any:
+        """An empty value turns the limit off; any other must parse (e.g. 600/minute, 10/second;600/minute)."""
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        if isinstance(value, str):
+            try:
+                parse_many(value)
+            except ValueError:
+                hint = "write e.g. 600/minute or 10/second;600/minute"
+                raise ValueError(f"{value!r} is not a rate limit: {hint}") from None
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:

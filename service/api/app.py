@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,12 +13,16 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
+from limits import RateLimitItem, parse_many
+from limits.storage import MemoryStorage
+from limits.strategies import MovingWindowRateLimiter
 from prometheus_client import CollectorRegistry
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.requests import HTTPConnection, Request
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.access.principals import Principal
 from service.api import auth, errors
 from service.api.routes import admin, documents, evaluation, health, identity, incidents, search, web
 from service.api.schemas import ERROR_RESPONSES
@@ -102,7 +107,9 @@ def create_app(
     web.install(app)
     if settings.auth == "off":
         log.warning("auth is OFF (PLUMBLINE_AUTH=off): anyone who can reach this port may do anything; local demo only")
-    app.add_middleware(Authenticate, api=app, routes=routes, runtime=runtime)
+    # the probes answer whatever the callers do (/metrics, in the same router, counts: its collectors query the store)
+    unlimited = {id(route) for route in health.router.routes if getattr(route, "path", "").startswith("/health/")}
+    app.add_middleware(Authenticate, api=app, routes=routes, runtime=runtime, limit=RateLimit(settings, unlimited))
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -117,7 +124,8 @@ def create_app(
     hosts = accepted_hosts(settings, bound_host)
     if hosts is not None:
         app.add_middleware(CheckHost, hosts=hosts, explicit=settings.allowed_hosts is not None)
-    # the last added runs first: Observe, then CheckHost, then CORS (so a 401 carries its headers), then Authenticate
+    # the last added runs first: Observe, then CheckHost, then CORS (so a 401 or 429 carries its headers), then
+    # Authenticate (the key, then the rate limit)
     app.add_middleware(
         Observe,
         limit=settings.max_request_bytes,
@@ -302,44 +310,89 @@ class CheckHost:
         await JSONResponse({"detail": detail}, status_code=421)(scope, receive, send)
 
 
+class RateLimit:
+    """Requests per caller, a moving window in this process's memory (`limits`): a key's under `rate_limit`, an
+    address's under `rate_limit_per_address` when it presents no key (auth off, or a route that needs none). Health
+    routes (`unlimited`, by route id) never count. `refusal` counts the request, or answers the 429 that refuses it,
+    with `Retry-After`: the seconds until the window frees a request."""
+
+    def __init__(self, settings: Settings, unlimited: set[int]) -> None:
+        self.per_key = _rates(settings.rate_limit)
+        self.per_address = _rates(settings.rate_limit_per_address)
+        self.unlimited = unlimited
+        self.limiter = MovingWindowRateLimiter(MemoryStorage()) if self.per_key or self.per_address else None
+
+    def refusal(self, scope: Scope, route: BaseRoute | None, principal: Principal | None) -> JSONResponse | None:
+        if self.limiter is None or (route is not None and id(route) in self.unlimited):
+            return None
+        if principal is not None:
+            caller, rates, who = f"key {principal.key_id or principal.name}", self.per_key, "this key"
+        else:
+            address = scope["client"][0] if scope.get("client") else "unknown"
+            caller, rates, who = f"address {address}", self.per_address, "this address"
+        for rate in rates:
+            if not self.limiter.hit(rate, caller):
+                reset = self.limiter.get_window_stats(rate, caller).reset_time
+                retry = max(1, math.ceil(reset - time.time()))
+                detail = f"{who} is over its rate limit of {rate}: retry after {retry} s"
+                return JSONResponse({"detail": detail}, status_code=429, headers={"Retry-After": str(retry)})
+        return None
+
+
+def _rates(value: str | None) -> list[RateLimitItem]:
+    return parse_many(value) if value else []
+
+
 class Authenticate:
     """The key of a request to a route that needs one (`auth.needs_key`), checked from its headers before the app
     runs, so before any byte of its body is read: a caller without a valid key costs no more than its headers.
     The 401 is the one the dependency gives (the app's own handler of `Unauthenticated` makes it); the caller
     found is left in the scope for `auth.get_principal`, and the roles stay the dependencies' to check (403).
     Whatever else goes wrong (the service still starting, the keys file unreadable, the state store down), the
-    request goes on to the app, whose dependencies answer as they always did."""
+    request goes on to the app, whose dependencies answer as they always did. Then the caller's rate limit
+    (`RateLimit`: the key found, else the address), still before the body: a 429 with `Retry-After` past it."""
 
-    def __init__(self, app: ASGIApp, *, api: FastAPI, routes: list[BaseRoute], runtime: Runtime) -> None:
-        self.app, self.api, self.routes, self.runtime = app, api, routes, runtime
+    def __init__(
+        self, app: ASGIApp, *, api: FastAPI, routes: list[BaseRoute], runtime: Runtime, limit: RateLimit
+    ) -> None:
+        self.app, self.api, self.routes, self.runtime, self.limit = app, api, routes, runtime, limit
         self._needs_key: dict[int, bool] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.runtime.settings.auth == "off":
+        auth_on = self.runtime.settings.auth == "on"
+        if scope["type"] != "http" or not (auth_on or self.limit.per_address):  # nothing to check (the demo)
             await self.app(scope, receive, send)
             return
         route = matched(self.routes, scope)
-        if route is None or not self._needs(route):
-            await self.app(scope, receive, send)
-            return
-        try:
-            principal = await auth.authenticate(
-                self.runtime.authenticator, await auth.presented_key(HTTPConnection(scope))
-            )
-        except Unauthenticated as exc:
-            handlers = self.api.exception_handlers
-            handler = next((handlers[kind] for kind in type(exc).__mro__ if kind in handlers), None)
-            if handler is None:  # pragma: no cover - errors.install maps every PlumblineError
-                raise
-            scope["route"] = route  # the metrics and the access log name the endpoint, as when the dependency answered
-            response = handler(Request(scope), exc)
-            await (await response if inspect.isawaitable(response) else response)(scope, receive, send)
-            return
-        except Exception:  # not a verdict on the key: the dependencies meet it again and answer
-            pass
-        else:
+        principal: Principal | None = None
+        if auth_on and route is not None and self._needs(route):
+            try:
+                principal = await auth.authenticate(
+                    self.runtime.authenticator, await auth.presented_key(HTTPConnection(scope))
+                )
+            except Unauthenticated as exc:
+                await self._refuse(scope, receive, send, route, exc)
+                return
+            except Exception:  # not a verdict on the key: the dependencies meet it again and answer
+                await self.app(scope, receive, send)
+                return
             scope[auth.PRINCIPAL] = principal
+        refusal = self.limit.refusal(scope, route, principal)
+        if refusal is not None:
+            if route is not None:
+                scope["route"] = route  # the metrics and the access log name the endpoint
+            await refusal(scope, receive, send)
+            return
         await self.app(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, route: BaseRoute, exc: Exception) -> None:
+        handlers = self.api.exception_handlers
+        handler = next((handlers[kind] for kind in type(exc).__mro__ if kind in handlers), None)
+        if handler is None:  # pragma: no cover - errors.install maps every PlumblineError
+            raise exc
+        scope["route"] = route  # the metrics and the access log name the endpoint, as when the dependency answered
+        response = handler(Request(scope), exc)
+        await (await response if inspect.isawaitable(response) else response)(scope, receive, send)
 
     def _needs(self, route: BaseRoute) -> bool:
         needs = self._needs_key.get(id(route))

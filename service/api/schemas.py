@@ -14,10 +14,19 @@ from pydantic import AwareDatetime, BaseModel, Field
 
 from service.domain import DocFormat, DocStatus, Hit, StageScore
 from service.inputs import DocumentIn, SearchOptions, Strict, Text
+from service.settings import MAX_BATCH_DOCUMENTS
+
+# An eval run's k values at most, and so the metrics it may gate: one per name a run reports (hit, recall,
+# precision, mrr, ndcg and stale at each k, and mrr; `eval.metrics.metric_names`).
+MAX_KS = 10
+MAX_GATED_METRICS = 6 * MAX_KS + 1
 
 
 class IngestRequest(Strict):
-    documents: list[DocumentIn]
+    documents: list[DocumentIn] = Field(
+        max_length=MAX_BATCH_DOCUMENTS,
+        description=f"at most max_batch_documents (413 beyond); over {MAX_BATCH_DOCUMENTS:,}, a 422 from the schema",
+    )
 
 
 class IngestResponse(BaseModel):
@@ -162,7 +171,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         409: "the index was built with other settings, or a baseline exists and replace was not asked for",
         413: "the request or a batch is over a limit",
         422: "the request is invalid: the detail names the field and what to fix",
-        429: "too many evaluation runs at once: retry after Retry-After seconds",
+        429: "over the caller's rate limit, or too many evaluation runs at once: retry after Retry-After seconds",
         503: "not ready, or the store cannot serve: retry after Retry-After seconds",
         504: "the request ran past its time limit",
         507: "the disk holding the data directory is (nearly) full: nothing was written",
@@ -187,13 +196,15 @@ class Health(BaseModel):
 
 class EvalRunRequest(Strict):
     set: str = Field(description="name of a labelled set (see GET /eval/sets)")
-    k: list[int] = Field(default_factory=lambda: [1, 5, 10], min_length=1, max_length=10)
+    k: list[int] = Field(default_factory=lambda: [1, 5, 10], min_length=1, max_length=MAX_KS)
     unit: Literal["chunk", "doc"] = "chunk"
     overrides: SearchOptions = Field(default_factory=SearchOptions)
     baseline: str | None = Field(None, description="baseline name to gate against")
     tolerance: float | None = Field(None, ge=0, le=1, description="allowed absolute drop per metric")
     metrics: list[str] = Field(
-        default_factory=list, description="metrics to gate; default hit/recall/mrr/ndcg/stale@max k"
+        default_factory=list,
+        max_length=MAX_GATED_METRICS,
+        description="metrics to gate; default hit/recall/mrr/ndcg/stale@max k",
     )
     require_significance: bool = False
     fail_on_regressed_incidents: bool | None = Field(
