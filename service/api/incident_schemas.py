@@ -101,6 +101,10 @@ class IncidentOut(BaseModel):
     case_id: str = Field(description="the labelled case it becomes once accepted")
     last_outcome: str | None = Field(description="in the latest eval run of its set: passed, failed or regressed")
     last_run: str | None
+    scope: Literal["tenant", "all"] = Field(
+        description="which runs count its case once accepted: `all`, every run of its set (an incident without a "
+        "tenant, or one an unbound reviewer promoted); `tenant`, only runs confined to its tenant"
+    )
     history: list[EventOut] | None = None
     report_details: list[ReportOut] | None = None
 
@@ -116,7 +120,8 @@ class IncidentPage(BaseModel):
 
 
 class IncidentPatch(Strict):
-    """Accept or reject (with a reason), reopen (status new), or edit fields."""
+    """Accept or reject (with a reason), reopen (status new), promote or demote (scope, with a reason), or edit
+    fields."""
 
     status: Literal["new", "accepted", "rejected"] | None = None
     reason: Plain | None = Field(None, max_length=20_000)
@@ -125,3 +130,8 @@ class IncidentPatch(Strict):
     category: Plain | None = Field(None, max_length=200)
     labels: list[LabelIn] | None = Field(None, min_length=1, max_length=50)
     filters: FiltersIn | None = None
+    scope: Literal["tenant", "all"] | None = Field(
+        None,
+        description="a tenant's incident: `all` promotes it into runs over every tenant (their gates and alerts), "
+        "`tenant` keeps it to its tenant's runs; an unbound key only (403 for a tenant-bound one), with a reason",
+    )

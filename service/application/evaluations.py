@@ -102,7 +102,11 @@ class Evaluations:
 
     def sets(self, caller: Principal) -> list[SetInfo]:
         return [
-            SetInfo(n, len(tenant_cases(self.evals.cases(n), caller.tenant)), self.evals.sets.source(n))
+            SetInfo(
+                n,
+                len(tenant_cases(self.evals.cases(n, tenant=caller.tenant), caller.tenant)),
+                self.evals.sets.source(n),
+            )
             for n in self.evals.set_names()
         ]
 
@@ -111,7 +115,7 @@ class Evaluations:
         its tenant's cases only."""
         evals = self.evals
         if caller.tenant is not None:
-            cases = evals.cases(name) if incidents else evals.sets.get(name)
+            cases = evals.cases(name, tenant=caller.tenant) if incidents else evals.sets.get(name)
             return dump_jsonl(tenant_cases(cases, caller.tenant))
         return dump_jsonl(evals.cases(name)) if incidents else evals.sets.text(name)
 

@@ -72,8 +72,14 @@ class Incidents:
     def review(
         self, caller: Principal, incident_id: int, reviewer: str, changes: Mapping[str, Any], index: Index
     ) -> Incident:
-        """Apply a review's `changes` (fields as JSON: `labels` a list of label objects)."""
+        """Apply a review's `changes` (fields as JSON: `labels` a list of label objects). Only an unbound key sets a
+        tenant's incident's `scope`: promoting it makes it count in every tenant's gate and alert."""
         tenant = self._visible(caller, incident_id).tenant
+        if "scope" in changes and caller.tenant is not None:
+            raise Forbidden(
+                "scope: an incident counts in every tenant's runs only when an unbound reviewer promotes it; a key "
+                f"bound to tenant {caller.tenant!r} reviews it for its tenant's runs"
+            )
         changes = dict(changes)
         if "tenant" in changes.get("filters", {}):
             write_tenant(caller, changes["filters"]["tenant"], "filters.tenant")

@@ -159,8 +159,10 @@ class IncidentService:
         precise: bool = True,
     ) -> Incident:
         """Edit fields (question, category, labels, filters) and/or move the status (accepted, rejected,
-        new) with a reason; the reviewer and every change go to the incident's history. `precise` as in `report`,
-        for the labels' sources."""
+        new) with a reason, and/or set a tenant's incident's `scope` (`all`: promoted, runs over every tenant count
+        it too; `tenant`: its tenant's runs only), with a reason; the reviewer and every change go to the
+        incident's history. Who may set the scope is the caller's business (`application.incidents`). `precise` as
+        in `report`, for the labels' sources."""
         current = self.records.get(incident_id)
         values: dict[str, Any] = {}
         if "question" in changes:
@@ -179,6 +181,9 @@ class IncidentService:
                 for label in labels:
                     _source_label(label, current.tenant, index, "labels", precise)
             values["labels"] = [label.to_json() for label in labels]
+        also = self._scope(current, changes)
+        if also:
+            values["promoted"] = int(changes["scope"] == "all")
         action = "edited"
         status = changes.get("status")
         if status is not None and status != current.status:
@@ -186,20 +191,39 @@ class IncidentService:
                 raise InvalidRequest(f"reason: say why the incident is {status}")
             action = {"accepted": "accepted", "rejected": "rejected"}.get(status, "reopened")
             values.update(status=status, reviewer=reviewer, reviewed_at=now_iso(), reason=changes.get("reason"))
-        elif changes.get("reason"):
+        elif changes.get("reason") and not also:  # a promotion's reason is the promotion event's
             values["reason"] = changes["reason"]
         if not values:
-            raise InvalidRequest("nothing to change: send status (with reason) or fields to edit")
-        return self.records.update(incident_id, reviewer, action, values)
+            raise InvalidRequest("nothing to change: send status (with reason), scope (with reason) or fields to edit")
+        return self.records.update(incident_id, reviewer, action, values, also=also)
+
+    @staticmethod
+    def _scope(current: Incident, changes: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """The promotion event a review's `scope` asks for: none if it names none or the incident's current one."""
+        scope = changes.get("scope")
+        if scope is None:
+            return []
+        if current.tenant is None:
+            raise InvalidRequest("scope: the incident has no tenant: its case counts in every run already")
+        if (scope == "all") == current.promoted:
+            return []
+        if not (changes.get("reason") or "").strip():
+            raise InvalidRequest(f"reason: say why the incident's scope becomes {scope!r}")
+        action = "promoted" if scope == "all" else "demoted"
+        return [(action, {"scope": scope, "reason": changes["reason"]})]
 
     def counted_statuses(self) -> tuple[str, ...]:
         return ("accepted", "new") if self.count_new else ("accepted",)
 
-    def cases(self, set_name: str) -> list[Case]:
-        """The cases the set's incidents stand for (accepted ones; new ones too with `count_new`)."""
+    def cases(self, set_name: str, *, tenant: str | None = None) -> list[Case]:
+        """The cases the set's incidents stand for (accepted ones; new ones too with `count_new`) in a run confined
+        to `tenant`, or over every tenant (None): there, a tenant's incident counts only once promoted (an unbound
+        reviewer's `scope: all`), so that one tenant's incidents decide its own gate, not everyone's. A tenant's run
+        is given every incident here; `retriever.tenant_cases` keeps its tenant's."""
         return [
             incident_case(i.id, i.question, i.labels, i.category, i.filters, i.tenant, i.created_at)
             for i in self.records.for_set(set_name, self.counted_statuses())
+            if tenant is not None or i.tenant is None or i.promoted
         ]
 
 

@@ -250,7 +250,7 @@ class EvalService:
         """The set's cases and the baseline to gate against (a monitoring run's default: the one named like the
         set, if any), loaded before the run so that a bad name fails fast."""
         spec.gate_config.check_names(spec.ks)
-        cases = tenant_cases(self.cases(spec.set_name), spec.tenant)
+        cases = tenant_cases(self.cases(spec.set_name, tenant=spec.tenant), spec.tenant)
         if not cases:
             raise EvalError(f"set {spec.set_name!r} has no case for tenant {spec.tenant!r}")
         spec = replace(spec, params_record={**spec.params_record, "set_source": self.sets.source(spec.set_name)})
@@ -343,9 +343,14 @@ class EvalService:
         self.runs.save(run)
         if jobs is not None:  # stored: its report is what GET /eval/runs/{id} shows from now on
             self._finish_job(run_id, "done")
-        # only runs of the served configuration over every tenant decide an incident's outcome
-        if self.incidents is not None and spec.kind != "experiment" and spec.tenant is None:
-            self.incidents.records.record_outcomes(run.run_id, outcomes)
+        # only runs of the served configuration decide an incident's outcome: over every tenant, those of the
+        # incidents they count (no tenant, or promoted); confined to a tenant, those of its incidents not promoted
+        if self.incidents is not None and spec.kind != "experiment":
+            records = self.incidents.records
+            if spec.tenant is not None:
+                own = records.tenant_scoped(list(outcomes), spec.tenant) if outcomes else set()
+                outcomes = {i: outcome for i, outcome in outcomes.items() if i in own}
+            records.record_outcomes(run.run_id, outcomes)
         log.info(
             "eval run %s (%s, set %s) finished: %d cases, gate %s",
             run_id,
@@ -412,16 +417,18 @@ class EvalService:
         except Exception:  # the store is down: the job reads as lost once its heartbeat is old
             log.exception("could not record the end of eval run %s", run_id)
 
-    def cases(self, set_name: str) -> list[Case]:
-        """A set as a run sees it: its stored or packaged cases, then the cases of its counted incidents (an
-        incident case whose id the set already holds, e.g. after `plumbline incidents export`, is not added
-        twice). A set may consist of incidents alone."""
+    def cases(self, set_name: str, *, tenant: str | None = None) -> list[Case]:
+        """A set as a run confined to `tenant` (None: over every tenant) sees it, before `tenant_cases`: its stored or
+        packaged cases, then the cases of its counted incidents (`IncidentService.cases`: over every tenant, a
+        tenant's incidents only once promoted; an incident case whose id the set already holds, e.g. after
+        `plumbline incidents export`, is not added twice). A set may consist of incidents alone."""
         try:
             base = self.sets.get(set_name)
         except UnknownName:
             base = []
         held = {c.id for c in base}
-        extra = [c for c in (self.incidents.cases(set_name) if self.incidents else []) if c.id not in held]
+        counted = self.incidents.cases(set_name, tenant=tenant) if self.incidents else []
+        extra = [c for c in counted if c.id not in held]
         if not base and not extra:
             self.sets.get(set_name)  # raises UnknownName listing the known sets
         return [*base, *extra]

@@ -64,6 +64,7 @@ class Incident:
     first_passed_run: str | None = None
     last_run: str | None = None
     last_outcome: str | None = None
+    promoted: bool = False  # a tenant's incident that runs over every tenant count too (an unbound reviewer's call)
     reporters: tuple[str, ...] = ()
     reports_detail: tuple[Report, ...] = ()
     events: tuple[Event, ...] = field(default_factory=tuple)
@@ -109,6 +110,7 @@ def _incident(row: Any) -> Incident:
         first_passed_run=row.first_passed_run,
         last_run=row.last_run,
         last_outcome=row.last_outcome,
+        promoted=bool(row.promoted),
     )
 
 
@@ -230,9 +232,18 @@ class IncidentRecords:
                     who.setdefault(incident_id, []).append(name)
         return [replace(_incident(row), reporters=_unique(who.get(row.id, ()))) for row in rows]
 
-    def update(self, incident_id: int, actor: str, action: str, values: Mapping[str, Any]) -> Incident:
-        """Change fields of an incident (edit, accept, reject, reopen) and record the event. A question edited
-        into one that another incident of the set and tenant already has raises `AlreadyExists`."""
+    def update(
+        self,
+        incident_id: int,
+        actor: str,
+        action: str,
+        values: Mapping[str, Any],
+        *,
+        also: Sequence[tuple[str, Mapping[str, Any]]] = (),
+    ) -> Incident:
+        """Change fields of an incident (edit, accept, reject, reopen, promote) and record the event, and the
+        events `also` names (action, detail), in the same transaction. A question edited into one that another
+        incident of the set and tenant already has raises `AlreadyExists`."""
         row = {k: (json.dumps(v, ensure_ascii=False) if k in ("labels", "filters") else v) for k, v in values.items()}
         try:
             with writing(self.engine) as conn:
@@ -244,8 +255,11 @@ class IncidentRecords:
                 ).first()
                 if found is None:
                     raise UnknownName(f"no incident {incident_id}")
-                detail = {k: v for k, v in values.items() if k not in ("question_key", "reviewed_at")}
-                _event(conn, incident_id, actor, action, detail)
+                detail = {k: v for k, v in values.items() if k not in ("question_key", "reviewed_at", "promoted")}
+                if detail or not also:  # a promotion alone is its own event
+                    _event(conn, incident_id, actor, action, detail)
+                for extra, extra_detail in also:
+                    _event(conn, incident_id, actor, extra, extra_detail)
         except IntegrityError:
             raise AlreadyExists(
                 "another incident of this set and tenant already has that question: merge by reporting it there"
@@ -274,6 +288,13 @@ class IncidentRecords:
         query = select(t.incidents.c.set_name).where(t.incidents.c.status.in_(list(statuses))).distinct()
         with self.engine.connect() as conn:
             return sorted(conn.scalars(query))
+
+    def tenant_scoped(self, ids: Sequence[int], tenant: str) -> set[int]:
+        """Of `ids`, the incidents of `tenant` that are not promoted: the ones whose outcome its runs decide."""
+        i = t.incidents
+        query = select(i.c.id).where(i.c.id.in_(list(ids)), i.c.tenant == tenant, i.c.promoted == 0)
+        with self.engine.connect() as conn:
+            return set(conn.scalars(query))
 
     def outcome_inputs(self, ids: Sequence[int]) -> dict[int, tuple[bool, int | None]]:
         """For each of `ids`: whether its case passed in some earlier eval run, and its k."""

@@ -110,6 +110,8 @@ incidents = Table(
     Column("first_passed_run", String(100)),  # the first eval run in which its case passed
     Column("last_run", String(100)),
     Column("last_outcome", String(20)),  # passed, failed, regressed
+    # 1: an unbound reviewer promoted a tenant's incident, so runs over every tenant count its case too
+    Column("promoted", Integer, nullable=False, server_default="0"),
     UniqueConstraint("set_name", "tenant", "question_key", name="uq_incident_question"),
     Index("ix_incidents_status_created", "status", "created_at"),
 )

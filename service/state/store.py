@@ -52,7 +52,7 @@ from service.state.tx import one_at_a_time, writing
 MIGRATIONS = Path(__file__).parent / "migrations"
 # The newest migration's revision (a test holds it equal to alembic's head): a store already there opens without
 # alembic, whose import is 0.1 s of every server start and of every command that opens the store.
-HEAD = "0005"
+HEAD = "0006"
 CONNECT_TIMEOUT = 10  # seconds: an unreachable PostgreSQL is an error, not a hang
 SQLITE_BUSY_TIMEOUT = 30  # seconds a SQLite writer waits for another to finish
 

@@ -94,16 +94,17 @@ async def review_incident(
     runtime: RuntimeDep,
     caller: Reviewer,
 ) -> dict[str, Any]:
-    """Accept (it becomes case `incident-<id>` of its set and counts in every later run) or reject, with a
-    reason; reopen (status new); or edit the question, category, labels or filters. The reviewer is recorded,
-    and the key that made the change in the audit log."""
+    """Accept (it becomes case `incident-<id>` of its set and counts in every later run; a tenant's incident, in
+    its tenant's runs only, until an unbound key promotes it with `scope: all`) or reject, with a reason; reopen
+    (status new); or edit the question, category, labels or filters. The reviewer is recorded, and the key that
+    made the change in the audit log."""
     changes: dict[str, Any] = body.model_dump(exclude_unset=True, exclude={"reviewer", "labels", "filters"})
     if body.labels is not None:
         changes["labels"] = [label.model_dump(exclude_none=True) for label in body.labels]
     if body.filters is not None:
         changes["filters"] = body.filters.model_dump(mode="json", exclude_defaults=True)
     updated = await run_in_threadpool(desk.review, caller, incident_id, body.reviewer, changes, index)
-    detail = {"reviewer": body.reviewer, **{k: v for k, v in changes.items() if k in ("status", "reason")}}
+    detail = {"reviewer": body.reviewer, **{k: v for k, v in changes.items() if k in ("status", "reason", "scope")}}
     detail["changed"] = sorted(changes)
     await run_in_threadpool(audit, runtime, caller, "incident.review", str(incident_id), detail)
     return incident_json(updated, detail=True)
@@ -132,6 +133,7 @@ def incident_json(i: Incident, *, detail: bool = False) -> dict[str, Any]:
         "case_id": f"{CASE_PREFIX}{i.id}",
         "last_outcome": i.last_outcome,
         "last_run": i.last_run,
+        "scope": "all" if i.tenant is None or i.promoted else "tenant",
     }
     if detail:
         out["history"] = [

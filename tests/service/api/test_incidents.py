@@ -359,6 +359,9 @@ def test_export_then_load_gives_the_same_cases(client: TestClient) -> None:
     post(client, question="never accepted", doc_id="it/vpn")
     accept(client, a)
     accept(client, b)
+    # a tenant's incident counts in runs over every tenant once promoted (auth off: an unbound reviewer)
+    promote = {"scope": "all", "reviewer": "lead", "reason": "every tenant"}
+    assert client.patch(f"/eval/incidents/{b}", json=promote).json()["scope"] == "all"
     exported = accepted_cases(client)
     text = dump_jsonl(exported)
     assert [c.id for c in parse_jsonl(text)] == [f"incident-{a}", f"incident-{b}"]

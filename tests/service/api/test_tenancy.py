@@ -225,3 +225,96 @@ def test_a_bound_keys_incidents_stay_in_its_tenant(
     assert client.patch(f"/eval/incidents/{incident}", headers=evil, json=review).status_code == 404
     assert client.get(f"/eval/incidents/{incident}", headers=larkspur).json()["status"] == "new"
     assert [i["incident_id"] for i in client.get("/eval/incidents", headers=larkspur).json()["incidents"]] == [incident]
+
+
+SHARED = (
+    '{"id": "open", "question": "annual refunds", "relevant": [{"doc_id": "billing/refunds"}]}\n'
+    '{"id": "pw", "question": "password rotation", "relevant": [{"doc_id": "security/password-policy"}], '
+    '"filters": {"tenant": "larkspur"}}\n'
+)
+VPN = {"question": "vpn error LC-419", "doc_id": "larkspur/vpn", "evidence": "token expired", "reporter": "sam"}
+
+
+def _tenant_incident(client: TestClient, larkspur: dict[str, str]) -> tuple[dict[str, str], int]:
+    """The shared set, larkspur's own document and its incident on it, accepted by larkspur's (bound) reviewer;
+    the unbound eval key."""
+    admin = auth(make_key(client, "eval:run", "eval:admin", "incidents:review", name="admin"))
+    assert client.put("/eval/sets/shared", headers=admin, content=SHARED).status_code == 200
+    vpn = docs(("larkspur/vpn", "larkspur", "# VPN\n\nVPN error LC-419 means the token expired: sign in again."))
+    assert client.post("/documents", headers=larkspur, json=vpn).status_code == 200
+    posted = client.post("/eval/incidents", headers=larkspur, json={**VPN, "set": "shared"})
+    assert posted.status_code == 201, posted.text
+    incident = posted.json()["incident_id"]
+    accept = {"status": "accepted", "reason": "the answer is there", "reviewer": "lark-lead"}
+    accepted = client.patch(f"/eval/incidents/{incident}", headers=larkspur, json=accept)
+    assert accepted.status_code == 200, accepted.text
+    return admin, incident
+
+
+def _ids(response: object) -> list[str]:
+    body = response.json()  # type: ignore[attr-defined]
+    assert "cases" in body, body
+    return [c["id"] for c in body["cases"]]
+
+
+def test_a_tenants_incident_decides_that_tenants_gate_only(client: TestClient, larkspur: dict[str, str]) -> None:
+    admin, incident = _tenant_incident(client, larkspur)
+    case = f"incident-{incident}"
+    run = {"set": "shared", "k": [10]}
+    # the tenant's own run replays its incident (and records that it passed); a run over every tenant does not
+    own = client.post("/eval/run", headers=larkspur, json=run)
+    assert case in _ids(own)
+    assert own.json()["incidents"]["passed"] == 1
+    everyone = client.post("/eval/run", headers=admin, json=run)
+    assert case not in _ids(everyone)
+    baseline = {"run_id": everyone.json()["run_id"], "name": "shared"}
+    assert client.post("/eval/baselines", headers=admin, json=baseline).status_code == 201
+    # the tenant deletes its document: its own gate fails on the regressed incident, nobody else's does
+    assert client.delete("/documents/larkspur/vpn", headers=larkspur).status_code == 200
+    gated = {**run, "baseline": "shared", "tolerance": 1.0}
+    mine = client.post("/eval/run", headers=larkspur, json=gated).json()
+    assert mine["incidents"]["regressed"] == [case]
+    assert mine["gate"]["verdict"] == "fail"
+    for body in (gated, {**run, "monitoring": True, "tolerance": 1.0}):  # manual, and monitoring (the alerts)
+        all_tenants = client.post("/eval/run", headers=admin, json=body)
+        assert all_tenants.status_code == 200, all_tenants.text
+        assert case not in _ids(all_tenants)
+        assert all_tenants.json()["gate"]["verdict"] == "pass"
+
+
+def test_an_unbound_reviewer_promotes_a_tenants_incident_to_every_run(
+    client: TestClient, larkspur: dict[str, str]
+) -> None:
+    admin, incident = _tenant_incident(client, larkspur)
+    assert client.get(f"/eval/incidents/{incident}", headers=admin).json()["scope"] == "tenant"
+    run = {"set": "shared", "k": [10]}
+    promote = {"scope": "all", "reviewer": "ops/ana", "reason": "every tenant's assistant asks this"}
+    promoted = client.patch(f"/eval/incidents/{incident}", headers=admin, json=promote)
+    assert promoted.status_code == 200, promoted.text
+    assert (promoted.json()["scope"], promoted.json()["status"]) == ("all", "accepted")
+    assert promoted.json()["history"][-1]["action"] == "promoted"
+    assert promoted.json()["history"][-1]["actor"] == "ops/ana"
+    assert f"incident-{incident}" in _ids(client.post("/eval/run", headers=admin, json=run))
+    assert f"incident-{incident}" in _ids(client.post("/eval/run", headers=larkspur, json=run))
+    # and back: only the tenant's runs again
+    demote = {"scope": "tenant", "reviewer": "ops/ana", "reason": "larkspur only"}
+    demoted = client.patch(f"/eval/incidents/{incident}", headers=admin, json=demote).json()
+    assert (demoted["scope"], demoted["history"][-1]["action"]) == ("tenant", "demoted")
+    assert f"incident-{incident}" not in _ids(client.post("/eval/run", headers=admin, json=run))
+
+
+def test_a_bound_reviewer_cannot_promote(client: TestClient, larkspur: dict[str, str]) -> None:
+    admin, incident = _tenant_incident(client, larkspur)
+    for scope in ("all", "tenant"):
+        asked = {"scope": scope, "reviewer": "lark-lead", "reason": "mine for everyone"}
+        refused = client.patch(f"/eval/incidents/{incident}", headers=larkspur, json=asked)
+        assert refused.status_code == 403, refused.text
+        assert "unbound" in refused.json()["detail"]
+    assert client.get(f"/eval/incidents/{incident}", headers=larkspur).json()["scope"] == "tenant"
+    # an incident reported without a tenant counts in every run already: it has no tenant scope to leave
+    open_doc = {"question": "annual plan refunds", "doc_id": "billing/refunds", "reporter": "ops"}
+    posted = client.post("/eval/incidents", headers=auth(make_key(client, "incidents:report")), json=open_doc)
+    assert posted.status_code == 201, posted.text
+    assert posted.json()["scope"] == "all"
+    asked = {"scope": "tenant", "reviewer": "ops/ana", "reason": "x"}
+    assert client.patch(f"/eval/incidents/{posted.json()['incident_id']}", headers=admin, json=asked).status_code == 422

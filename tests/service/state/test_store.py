@@ -62,7 +62,7 @@ def report(question: str = "What is the refund window?", *, reporter: str = "ann
 
 
 def test_migrations_build_exactly_the_declared_schema(state: StateStore) -> None:
-    assert state.revision() == HEAD == "0005"
+    assert state.revision() == HEAD == "0006"
     with state.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), metadata)
     assert diff == []
@@ -428,7 +428,8 @@ def test_a_state_store_failure_is_logged_with_the_request_id_and_answered_withou
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     app = create_app(
-        Settings(data_dir=tmp_path / "data", auth="on"), components=Components(embedder=lambda _: FakeEmbedder())
+        Settings(data_dir=tmp_path / "data", auth="on", index_copies=1),
+        components=Components(embedder=lambda _: FakeEmbedder()),
     )
     with TestClient(app) as client:
         assert app.state.runtime.wait(timeout=60)
