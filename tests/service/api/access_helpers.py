@@ -49,3 +49,12 @@ def docs(*specs: Sequence[str]) -> dict[str, Any]:
             doc["supersedes"] = spec[3]
         out.append(doc)
     return {"documents": out}
+
+
+@contextmanager
+def seeded_client(settings: Settings, documents: dict[str, Any]) -> Iterator[TestClient]:
+    """`secured_client` with `documents` (a `POST /documents` body) ingested by an `ingest` key."""
+    with secured_client(settings) as c:
+        operator = auth(make_key(c, "ingest", name="operator"))
+        assert c.post("/documents", headers=operator, json=documents).status_code == 200
+        yield c

@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.settings import Settings
-from tests.service.api.access_helpers import auth, docs, make_key, secured_client
+from tests.service.api.access_helpers import auth, docs, make_key, seeded_client
 
 DOCUMENTS = docs(
     ("acme/refunds", "acme", "# Refund policy\n\nAnnual plans are refunded within 30 days of purchase."),
@@ -29,9 +29,7 @@ OTHERS = ("acme/orbital", "Orbital lattice")  # what the hits that came first wo
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
-    with secured_client(settings) as c:
-        operator = auth(make_key(c, "ingest", name="operator"))
-        assert c.post("/documents", headers=operator, json=DOCUMENTS).status_code == 200
+    with seeded_client(settings, DOCUMENTS) as c:
         yield c
 
 

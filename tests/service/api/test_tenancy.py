@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.settings import Settings
-from tests.service.api.access_helpers import auth, docs, make_key, secured_client
+from tests.service.api.access_helpers import auth, docs, make_key, seeded_client
 
 TENANT_ROLES = ("search", "ingest", "eval:run", "incidents:report", "incidents:review")
 LARKSPUR = docs(
@@ -25,9 +25,7 @@ SECRET = "larkspur-only"
 
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
-    with secured_client(settings) as c:
-        operator = auth(make_key(c, "ingest", name="operator"))
-        assert c.post("/documents", headers=operator, json=LARKSPUR).status_code == 200
+    with seeded_client(settings, LARKSPUR) as c:
         yield c
 
 
