@@ -223,8 +223,15 @@ class Settings(BaseSettings):
     )
 
     # overload
-    max_concurrent_evals: int = Field(2, ge=1, description="eval runs at once; more get 429 with Retry-After")
-    eval_timeout_seconds: float = Field(600, gt=0, description="an eval run stops with 504 past this")
+    max_concurrent_evals: int = Field(
+        2,
+        ge=1,
+        description="eval runs at once per process (one kept for monitoring runs, one tenant at most all but one); "
+        "more get 429 with Retry-After",
+    )
+    eval_timeout_seconds: float = Field(
+        600, gt=0, description="an eval run asked for over HTTP stops past this (504; a background run's job fails)"
+    )
     search_timeout_seconds: float = Field(30, gt=0, description="a search answers 504 past this")
     rate_limit: str | None = Field(
         "6000/minute",

@@ -118,9 +118,12 @@ class EvalService:
     replica at a time on a set's monitoring run; and gives the gauges the latest monitoring run of each set.
 
     At most `max_concurrent` runs at once in this process (another one is refused with `Busy` at once rather
-    than queued: a run holds a worker thread and the model for its whole length). A run a caller waits on is
-    stopped with `TimedOut` between two batches of questions once it has run `timeout` seconds; a background
-    run has no limit but can be cancelled.
+    than queued: a run holds a worker thread and the model for its whole length), shared fairly (`_admit`): with
+    more than one slot, the runs that are not monitoring runs hold at most `max_concurrent - 1` of them together (the
+    last is kept for monitoring runs), and those of one caller group (a tenant; the unbound keys) at most
+    `max_concurrent - 1`. A run asked for over HTTP, waited on or in the background, is stopped between two batches
+    of questions once it has run `timeout` seconds (`TimedOut`; a background run's job ends `failed`); the
+    scheduler's and the CLI's runs (`limited=False`) have no limit. A background run can be cancelled.
     """
 
     def __init__(
@@ -144,7 +147,8 @@ class EvalService:
         self.max_concurrent = max_concurrent
         self.timeout = timeout
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"  # this process, in leases and jobs
-        self._slots = threading.BoundedSemaphore(max_concurrent)
+        self._held: dict[str | None, int] = {}  # slots held by the runs that are not monitoring runs, by tenant
+        self._held_monitoring = 0
         self._monitored: dict[str, Monitored] = {}  # by set, for the gauges; reloaded when a newer run lands
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -166,7 +170,7 @@ class EvalService:
         if if_older_than is not None and not self.monitoring_due(spec.set_name, if_older_than):
             return None  # the cheap check first; it is made again under the lease
         spec, cases, reference = self._prepare(spec)
-        with self._slot(), self._monitoring_lease(spec):
+        with self._slot(spec), self._monitoring_lease(spec):
             if if_older_than is not None and not self.monitoring_due(spec.set_name, if_older_than):
                 return None
             deadline = self.timeout if limited else None
@@ -174,7 +178,8 @@ class EvalService:
 
     def submit(self, spec: RunSpec, *, started_by: str | None = None) -> str:
         """Start a run in the background and return its id at once; `job(id)` shows its progress, `cancel(id)`
-        stops it. Refused at once (`Busy`) when the run limit or the set's monitoring lease is taken.
+        stops it. Refused at once (`Busy`) when no slot is free for it or the set's monitoring lease is taken.
+        Like a run waited on, it stops past `timeout` seconds (its job ends `failed`, naming the limit).
         `started_by`: the id of the API key that asked for it (its job records it: who may cancel it)."""
         if self.jobs is None:
             raise NotReady("background runs need the state store")
@@ -182,7 +187,7 @@ class EvalService:
         run_id = new_run_id()
         held = ExitStack()  # the slot and the lease, handed to the thread, which releases them when the run ends
         with held:
-            held.enter_context(self._slot())
+            held.enter_context(self._slot(spec))
             held.enter_context(self._monitoring_lease(spec))
             self.jobs.start(
                 run_id, spec.set_name, spec.kind, len(cases), self.owner, spec.tenant, started_by=started_by
@@ -192,10 +197,15 @@ class EvalService:
         def work() -> None:
             with held:
                 try:
-                    self._execute(spec, cases, reference, run_id=run_id, deadline=None, jobs=self.jobs)
+                    # under the foreground's limit, so a background run cannot hold a slot for ever; a monitoring run
+                    # (eval:admin only, e.g. the CronJob's) may take as long as its set needs, as the scheduler's does
+                    limit = None if spec.kind == "monitoring" else self.timeout
+                    self._execute(spec, cases, reference, run_id=run_id, deadline=limit, jobs=self.jobs)
                 except Exception as exc:  # the job records it; nobody waits on this thread
                     cancelled = isinstance(exc, Cancelled)
-                    if not cancelled:
+                    if isinstance(exc, TimedOut):
+                        log.warning("eval run %s failed: %s", run_id, exc)
+                    elif not cancelled:
                         log.exception("eval run %s failed", run_id)
                     self._finish_job(run_id, "cancelled" if cancelled else "failed", public(str(exc)))
 
@@ -243,7 +253,7 @@ class EvalService:
         """Run `cases` (the CLI's path, which may load them from a file), gated against `reference`, and wait.
         `timeout` None: no time limit."""
         spec.gate_config.check_names(spec.ks)
-        with self._slot(), self._monitoring_lease(spec):
+        with self._slot(spec), self._monitoring_lease(spec):
             return self._execute(spec, cases, reference, run_id=new_run_id(), deadline=timeout, progress=progress)
 
     def _prepare(self, spec: RunSpec) -> tuple[RunSpec, list[Case], Run | None]:
@@ -264,13 +274,51 @@ class EvalService:
         return replace(spec, baseline_source=source), cases, reference
 
     @contextmanager
-    def _slot(self) -> Iterator[None]:
-        if not self._slots.acquire(blocking=False):
-            raise Busy(f"{self.max_concurrent} evaluation run(s) are already in progress, the limit; retry later")
+    def _slot(self, spec: RunSpec) -> Iterator[None]:
+        """Hold one of the `max_concurrent` slots for the run, if `_admit` lets it have one (else `Busy`)."""
+        monitoring = spec.kind == "monitoring"
+        with self._lock:
+            self._admit(spec.tenant, monitoring=monitoring)
+            if monitoring:
+                self._held_monitoring += 1
+            else:
+                self._held[spec.tenant] = self._held.get(spec.tenant, 0) + 1
         try:
             yield
         finally:
-            self._slots.release()
+            with self._lock:
+                if monitoring:
+                    self._held_monitoring -= 1
+                elif (left := self._held[spec.tenant] - 1) > 0:
+                    self._held[spec.tenant] = left
+                else:
+                    del self._held[spec.tenant]
+
+    def _admit(self, tenant: str | None, *, monitoring: bool) -> None:
+        """Raise `Busy`, naming the rule, unless a run (a monitoring one, or one of caller group `tenant`: None for
+        the unbound keys) may take a slot now (under `_lock`). With one slot, first come first served. With more, a
+        monitoring run takes any free slot; any other run may not take the slot that would leave none free for a
+        monitoring run (the runs that are not monitoring runs hold at most `max_concurrent - 1` together, so a
+        monitoring run always finds one while only they run), nor a `max_concurrent`-th one for its caller group
+        (implied by the first, checked first to say which rule refused it). Slots are this process's."""
+        ordinary = sum(self._held.values())
+        limit = self.max_concurrent
+        retry = "retry when a run in progress ends (GET /eval/runs/{id} shows a background run's progress)"
+        if ordinary + self._held_monitoring >= limit:
+            raise Busy(f"all {limit} evaluation slot(s) are in use by runs in progress, the limit; {retry}")
+        if monitoring or limit == 1:
+            return
+        group = f"tenant {tenant!r}" if tenant is not None else "the keys bound to no tenant"
+        if self._held.get(tenant, 0) >= limit - 1:
+            raise Busy(
+                f"{group} already hold(s) {limit - 1} of the {limit} evaluation slots, the most one caller group "
+                f"may (PLUMBLINE_MAX_CONCURRENT_EVALS - 1); {retry}"
+            )
+        if ordinary >= limit - 1:
+            raise Busy(
+                f"{ordinary} evaluation run(s) are in progress and the last of the {limit} slots is kept for "
+                f"monitoring runs; {retry}"
+            )
 
     @contextmanager
     def _monitoring_lease(self, spec: RunSpec) -> Iterator[None]:
@@ -389,8 +437,8 @@ class EvalService:
             if deadline is not None and now - start > deadline:
                 raise TimedOut(
                     f"the evaluation stopped after {done} of {total} cases: it ran past its limit of {deadline:g} "
-                    's (PLUMBLINE_EVAL_TIMEOUT_SECONDS); evaluate a smaller set, run it with "async": true, or use '
-                    "`plumbline eval run`"
+                    "s (PLUMBLINE_EVAL_TIMEOUT_SECONDS), which holds for background runs too; evaluate a smaller "
+                    "set, or run it in-process with `plumbline eval run --data-dir`, which has no limit"
                 )
             if jobs is not None and jobs.progress(run_id, done):
                 raise Cancelled(f"run {run_id} was cancelled after {done} of {total} cases")

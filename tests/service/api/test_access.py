@@ -193,7 +193,9 @@ def test_keys_over_the_admin_api_rotate_and_revoke(client: TestClient) -> None:
 
 def test_only_the_key_that_started_a_run_or_an_eval_admin_may_cancel_it(settings: Settings) -> None:
     embedder = GatedFakeEmbedder()
-    with secured_client(settings, embedder=embedder) as client:
+    # three slots: the key's two runs at once (one caller group holds at most all but one, and the last is kept
+    # for monitoring runs)
+    with secured_client(settings, embedder=embedder, max_concurrent_evals=3) as client:
         starter, other, eval_admin, admin = (
             auth(make_key(client, *roles, name=name))
             for name, roles in (

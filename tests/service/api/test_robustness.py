@@ -205,7 +205,8 @@ class GatedEmbedder(FakeEmbedder):
 @pytest.fixture
 def gated(tmp_path: Path) -> Iterator[tuple[TestClient, GatedEmbedder]]:
     embedder = GatedEmbedder()
-    settings = Settings(data_dir=tmp_path / "data", index_copies=1, search_timeout_seconds=300)
+    # three slots: two runs of the same callers at once (the third is kept for monitoring runs)
+    settings = Settings(data_dir=tmp_path / "data", index_copies=1, search_timeout_seconds=300, max_concurrent_evals=3)
     app = create_app(settings, components=Components(embedder=lambda _: embedder))
     with TestClient(app) as c:
         assert app.state.runtime.wait(timeout=60)
@@ -238,7 +239,7 @@ def test_eval_runs_are_bounded_and_health_answers_while_every_worker_is_busy(
     assert (live.status_code, ready.status_code) == (200, 200)
     assert statuses == [200, 200] + [429] * 43
     assert {(r.status_code, r.headers["retry-after"]) for r in refused} == {(429, "10")}
-    assert "2 evaluation run(s) are already in progress" in refused[0].json()["detail"]
+    assert "already hold(s) 2 of the 3 evaluation slots" in refused[0].json()["detail"]
     assert search_statuses == {200}
 
 

@@ -189,3 +189,34 @@ def test_metrics_still_answer_when_the_state_store_is_unreachable(tmp_path: Path
     text = generate_latest(registry).decode()
     assert 'plumbline_eval_schedule_interval_seconds{set="handbook"} 3600.0' in text
     assert "plumbline_incidents" not in text
+
+
+def test_eval_slots_are_shared_fairly_and_one_is_kept_for_monitoring_runs(
+    pipeline: SearchPipeline, tmp_path: Path
+) -> None:
+    """With two slots: an ordinary run and a monitoring run go at once; a second ordinary run does not (its own
+    group's cap, or another group's: the slot kept for monitoring). With three, two groups share two slots."""
+    service = eval_service(f"sqlite:///{tmp_path / 'state.db'}")
+    acme, beta, unbound = (spec(pipeline, SearchParams(), "manual", tenant=t) for t in ("acme", "beta", None))
+    monitoring = spec(pipeline, SearchParams(), "monitoring")
+    with service._slot(acme):
+        with pytest.raises(Busy, match=r"tenant 'acme' already hold\(s\) 1 of the 2 evaluation slots"):
+            service._slot(acme).__enter__()
+        with pytest.raises(Busy, match="the last of the 2 slots is kept for monitoring runs"):
+            service._slot(unbound).__enter__()
+        with service._slot(monitoring), pytest.raises(Busy, match="all 2 evaluation slot"):
+            service._slot(monitoring).__enter__()
+    with service._slot(monitoring), service._slot(monitoring), pytest.raises(Busy, match="all 2"):
+        service._slot(beta).__enter__()  # monitoring runs take any free slot
+    service.max_concurrent = 3
+    with service._slot(acme), service._slot(beta):
+        with pytest.raises(Busy, match="kept for monitoring runs"):
+            service._slot(unbound).__enter__()
+        with service._slot(monitoring):
+            pass
+    with service._slot(unbound), service._slot(unbound), pytest.raises(Busy, match="the keys bound to no tenant"):
+        service._slot(unbound).__enter__()
+    service.max_concurrent = 1  # a single slot: first come, first served
+    with service._slot(acme), pytest.raises(Busy, match="all 1 evaluation slot"):
+        service._slot(monitoring).__enter__()
+    assert (service._held, service._held_monitoring) == ({}, 0)  # every slot given back
