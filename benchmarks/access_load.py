@@ -16,11 +16,23 @@ Target (issue 10): zero errors and zero lost writes at 16 concurrent clients.
 The flood (run first, and alone with `--flood-only`): `--flood` clients (6) at once each send a key-less 60 MB
 `POST /documents` body to the server with auth on; it prints their statuses and the server's peak memory (VmHWM)
 before and after. Target (trust, round two): 401s, and a peak within a few MB of idle.
+
+    python benchmarks/access_load.py --hog-only [--seconds 20]
+
+The hog (run after the flood, and alone with `--hog-only`; `--seconds` bounds it): against a server with auth on and
+its default evaluation slots, `--hog` loops (2) with one `eval:run` key bound to tenant larkspur keep a background
+run of the demo handbook set going (`"async": true`; resubmitted as soon as it ends, or 0.1 s after a 429), while a
+key of tenant fjord runs its own (waited-on) runs of the set, one after another (0.5 s after a 429), and searches,
+and an unbound `eval:admin` key starts a background monitoring run every `--monitor-every` seconds (4; the next one
+once the last has ended). It prints a table (requests, 200/202, 429, other answers, p50/p99 of the 200/202s: for a
+background run the time to the 202, for a waited-on run the whole run), the distinct 429 reasons per row, and the
+server's peak memory (VmHWM) before and after. Target (trust, round two): every monitoring run gets a slot.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import sys
@@ -30,6 +42,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -171,6 +184,136 @@ def _upload(url: str, statuses: list[str]) -> None:
     statuses.append(answer.split(b" ", 2)[1].decode() if answer.startswith(b"HTTP/") else "no answer")
 
 
+HOG_SET = "handbook"
+HOG_ROWS = ("hog tenant eval", "other tenant eval", "other tenant search", "monitoring")
+
+
+class Tally:
+    """Per row: (status, ms) of each answer (status 0: a transport error) and the distinct 429 reasons."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.answers: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        self.refusals: dict[str, set[str]] = defaultdict(set)
+
+    def add(self, row: str, status: int, ms: float, detail: str = "") -> None:
+        with self.lock:
+            self.answers[row].append((status, ms))
+            if status == 429:
+                self.refusals[row].add(detail)
+
+
+def _post(http: httpx.Client, url: str, key: str, body: dict[str, object]) -> tuple[int, float, dict[str, object]]:
+    start = time.perf_counter()
+    try:
+        r = http.post(url, headers={"X-API-Key": key}, json=body)
+    except httpx.TransportError:
+        return 0, (time.perf_counter() - start) * 1000, {}
+    ms = (time.perf_counter() - start) * 1000
+    try:
+        payload = r.json()
+    except json.JSONDecodeError:
+        payload = {}
+    return r.status_code, ms, payload if isinstance(payload, dict) else {}
+
+
+def _wait_run(http: httpx.Client, url: str, key: str, run_id: str, deadline: float) -> None:
+    """Until the background run has ended (its report, or a job no longer running) or the deadline."""
+    while time.monotonic() < deadline:
+        try:
+            r = http.get(f"{url}/eval/runs/{run_id}", headers={"X-API-Key": key}, params={"include_cases": "false"})
+            if r.status_code != 200 or r.json().get("status", "ended") != "running":
+                return
+        except httpx.TransportError:
+            return
+        time.sleep(0.1)
+
+
+def _hogger(url: str, key: str, deadline: float, tally: Tally) -> None:
+    body = {"set": HOG_SET, "async": True, "include_cases": False}
+    with no_delay_client(timeout=120) as http:
+        while time.monotonic() < deadline:
+            status, ms, payload = _post(http, f"{url}/eval/run", key, body)
+            tally.add("hog tenant eval", status, ms, str(payload.get("detail", "")))
+            if status == 202:
+                _wait_run(http, url, key, str(payload["run_id"]), deadline)
+            else:
+                time.sleep(0.1)
+
+
+def _other_eval(url: str, key: str, deadline: float, tally: Tally) -> None:
+    body = {"set": HOG_SET, "include_cases": False}
+    with no_delay_client(timeout=120) as http:
+        while time.monotonic() < deadline:
+            status, ms, payload = _post(http, f"{url}/eval/run", key, body)
+            tally.add("other tenant eval", status, ms, str(payload.get("detail", "")))
+            if status != 200:
+                time.sleep(0.5)
+
+
+def _other_search(url: str, key: str, deadline: float, tally: Tally) -> None:
+    with no_delay_client(timeout=120) as http:
+        for i in range(MAX_REQUESTS):
+            if time.monotonic() > deadline:
+                break
+            status, ms, _ = _post(http, f"{url}/search", key, {"query": QUERIES[i % 4], "k": 10})
+            tally.add("other tenant search", status, ms)
+
+
+def _monitor(url: str, key: str, deadline: float, every: float, tally: Tally) -> None:
+    body = {"set": HOG_SET, "monitoring": True, "async": True, "include_cases": False}
+    with no_delay_client(timeout=120) as http:
+        while time.monotonic() < deadline:
+            tick = time.monotonic() + every
+            status, ms, payload = _post(http, f"{url}/eval/run", key, body)
+            tally.add("monitoring", status, ms, str(payload.get("detail", "")))
+            if status == 202:
+                _wait_run(http, url, key, str(payload["run_id"]), deadline)
+            time.sleep(max(0.0, min(tick, deadline) - time.monotonic()))
+
+
+def hog(seconds: float, hogs: int, every: float) -> None:
+    """A tenant keeping eval slots busy for `seconds`, beside another tenant's runs and searches and monitoring."""
+    data = Path(tempfile.mkdtemp(prefix="plumbline-hog-"))
+    state = open_state(f"sqlite:///{data / 'state.db'}")
+    hog_key = create_key(state.keys, "load-hog", ["eval:run"], "larkspur", LOCAL)[1]
+    other_key = create_key(state.keys, "load-other", ["eval:run", "search"], "fjord", LOCAL)[1]
+    admin_key = create_key(state.keys, "load-monitor", ["eval:run", "eval:admin"], None, LOCAL)[1]
+    state.close()
+    os.environ["PLUMBLINE_AUTH"] = "on"
+    url, stop = serve(data, "", preload=ROOT / "demo" / "handbook")
+    tally = Tally()
+    try:
+        pid = next(p for p in _children() if b"serve" in Path(f"/proc/{p}/cmdline").read_bytes())
+        before = _peak_kb(pid)
+        deadline = time.monotonic() + seconds
+        threads = [threading.Thread(target=_hogger, args=(url, hog_key, deadline, tally)) for _ in range(hogs)]
+        threads.append(threading.Thread(target=_other_eval, args=(url, other_key, deadline, tally)))
+        threads.append(threading.Thread(target=_other_search, args=(url, other_key, deadline, tally)))
+        threads.append(threading.Thread(target=_monitor, args=(url, admin_key, deadline, every, tally)))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        after = _peak_kb(pid)
+    finally:
+        stop()
+    print(f"hog: {hogs} larkspur loops of background runs for {seconds:g} s; fjord runs and searches; monitoring")
+    print("| row | requests | 202/200 | 429 | other | p50 ms | p99 ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for row in HOG_ROWS:
+        answers = tally.answers[row]
+        good = np.array([ms for status, ms in answers if status in (200, 202)])
+        refused = sum(status == 429 for status, _ in answers)
+        others = len(answers) - len(good) - refused
+        p50, p99 = (f"{np.percentile(good, q):.1f}" for q in (50, 99)) if len(good) else ("-", "-")
+        print(f"| {row} | {len(answers)} | {len(good)} | {refused} | {others} | {p50} | {p99} |")
+    for row in HOG_ROWS:
+        for detail in sorted(tally.refusals[row]):
+            print(f"429 to {row}: {detail}")
+    print(f"server peak memory (VmHWM): {before / 1024:.1f} MB before, {after / 1024:.1f} MB after")
+
+
 def _children() -> list[int]:
     me = str(os.getpid())
     out = []
@@ -191,15 +334,23 @@ def _peak_kb(pid: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--seconds", type=float, default=None, help="30 for the load, 20 for the hog")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--flood", type=int, default=6, help="key-less 60 MB uploads sent at once (0: none)")
     parser.add_argument("--flood-only", action="store_true", help="run the flood only")
+    parser.add_argument("--hog", type=int, default=2, help="loops of one tenant's background eval runs (0: none)")
+    parser.add_argument("--hog-only", action="store_true", help="run the hog only (--seconds: 20 unless given)")
+    parser.add_argument("--monitor-every", type=float, default=4, help="seconds between monitoring runs (hog)")
     args = parser.parse_args()
-    if args.flood:
+    if args.flood and not args.hog_only:
         flood(args.flood)
     if args.flood_only:
         return
+    if args.hog:
+        hog(args.seconds if args.seconds is not None else 20, args.hog, args.monitor_every)
+    if args.hog_only:
+        return
+    args.seconds = args.seconds if args.seconds is not None else 30
     on, lost_on, elapsed = run(True, args.seconds, args.clients)
     off, lost_off, _ = run(False, args.seconds, args.clients)
     print(f"{args.clients} clients for {args.seconds:g} s on loopback, 2 cores; auth on, then off")
