@@ -401,13 +401,16 @@ class Authenticate:
         return needs
 
 
+_MATCHED = "plumbline.matched_route"  # a request's route once `matched` found it: both middlewares ask
+
+
 def matched(routes: list[BaseRoute], scope: Scope) -> BaseRoute | None:
-    """The route of `routes` the router will hand a request to (the first that matches its path and method)."""
-    for route in routes:
-        match, _ = route.matches(scope)
-        if match is Match.FULL:
-            return route
-    return None
+    """The route of `routes` the router will hand a request to (the first that matches its path and method), found
+    once a request."""
+    if _MATCHED not in scope:
+        scope[_MATCHED] = next((r for r in routes if r.matches(scope)[0] is Match.FULL), None)
+    found: BaseRoute | None = scope[_MATCHED]
+    return found
 
 
 def _counts(runtime: Runtime) -> dict[str, int] | None:
