@@ -144,19 +144,23 @@ def flood(clients: int) -> None:
     os.environ["PLUMBLINE_AUTH"] = "on"
     url, stop = serve(data, "")
     try:
-        pid = next(p for p in _children() if b"serve" in Path(f"/proc/{p}/cmdline").read_bytes())
-        before = _peak_kb(pid)
         statuses: list[str] = []
-        threads = [threading.Thread(target=_upload, args=(url, statuses)) for _ in range(clients)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        after = _peak_kb(pid)
+        before, after = _peak_around([threading.Thread(target=_upload, args=(url, statuses)) for _ in range(clients)])
     finally:
         stop()
     print(f"flood: {clients} key-less uploads of {FLOOD_BYTES // 2**20} MB at once: statuses {sorted(statuses)}")
     print(f"server peak memory (VmHWM): {before / 1024:.1f} MB before, {after / 1024:.1f} MB after")
+
+
+def _peak_around(threads: list[threading.Thread]) -> tuple[int, int]:
+    """Run `threads` to their end; the served process's peak memory (VmHWM, kB) before and after."""
+    pid = next(p for p in _children() if b"serve" in Path(f"/proc/{p}/cmdline").read_bytes())
+    before = _peak_kb(pid)
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return before, _peak_kb(pid)
 
 
 def _upload(url: str, statuses: list[str]) -> None:
@@ -284,18 +288,12 @@ def hog(seconds: float, hogs: int, every: float) -> None:
     url, stop = serve(data, "", preload=ROOT / "demo" / "handbook")
     tally = Tally()
     try:
-        pid = next(p for p in _children() if b"serve" in Path(f"/proc/{p}/cmdline").read_bytes())
-        before = _peak_kb(pid)
         deadline = time.monotonic() + seconds
         threads = [threading.Thread(target=_hogger, args=(url, hog_key, deadline, tally)) for _ in range(hogs)]
         threads.append(threading.Thread(target=_other_eval, args=(url, other_key, deadline, tally)))
         threads.append(threading.Thread(target=_other_search, args=(url, other_key, deadline, tally)))
         threads.append(threading.Thread(target=_monitor, args=(url, admin_key, deadline, every, tally)))
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        after = _peak_kb(pid)
+        before, after = _peak_around(threads)
     finally:
         stop()
     print(f"hog: {hogs} larkspur loops of background runs for {seconds:g} s; fjord runs and searches; monitoring")
