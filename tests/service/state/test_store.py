@@ -107,17 +107,22 @@ def test_upgrading_an_older_schema_keeps_its_rows(state_url: str) -> None:
     new.close()
 
 
-def test_runs_stored_before_run_kinds_become_manual_runs(state_url: str) -> None:
+def written_at(state_url: str, revision: str, insert: str) -> None:
+    """A store migrated to `revision` only, holding the row `insert` writes, as an older version left it."""
     old = StateStore(state_url)
-    old.migrate("0002")
+    old.migrate(revision)
     with old.engine.begin() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO eval_runs (run_id, set_name, created_at, summary, record) "
-                "VALUES ('20260101T000000000000-a', 's', 'x', '{}', '{}')"
-            )
-        )
+        conn.execute(text(insert))
     old.close()
+
+
+def test_runs_stored_before_run_kinds_become_manual_runs(state_url: str) -> None:
+    written_at(
+        state_url,
+        "0002",
+        "INSERT INTO eval_runs (run_id, set_name, created_at, summary, record) "
+        "VALUES ('20260101T000000000000-a', 's', 'x', '{}', '{}')",
+    )
     new = open_state(state_url)
     assert [json.loads(r)["kind"] for r in new.run_summaries(10, 0, None, None)] == ["manual"]
     assert new.latest_run_ids("monitoring") == []  # an old run never shows as production quality
@@ -125,16 +130,12 @@ def test_runs_stored_before_run_kinds_become_manual_runs(state_url: str) -> None
 
 
 def test_jobs_started_before_keys_were_recorded_keep_their_rows_with_no_key(state_url: str) -> None:
-    old = StateStore(state_url)
-    old.migrate("0004")
-    with old.engine.begin() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO eval_jobs (run_id, set_name, kind, status, done, total, cancel, owner, started_at, "
-                "heartbeat_at) VALUES ('r0', 's', 'manual', 'running', 0, 10, 0, 'me', 'x', 'x')"
-            )
-        )
-    old.close()
+    written_at(
+        state_url,
+        "0004",
+        "INSERT INTO eval_jobs (run_id, set_name, kind, status, done, total, cancel, owner, started_at, "
+        "heartbeat_at) VALUES ('r0', 's', 'manual', 'running', 0, 10, 0, 'me', 'x', 'x')",
+    )
     new = open_state(state_url)
     job = new.jobs.get("r0")
     assert job is not None
