@@ -17,3 +17,8 @@ class AlreadyExists(EvalError):
 
 class ReadOnly(EvalError):
     """A set or baseline that ships with the code cannot be replaced, only deliberately shadowed."""
+
+
+class LooserThanPolicy(EvalError):
+    """A run asked for a gate looser than its baseline's policy (a larger tolerance, significance required where
+    the policy does not, regressed incidents forgiven): a caller may only make a gate stricter."""

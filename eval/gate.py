@@ -10,51 +10,23 @@ an earlier run and fails in this one (`Run.regressed`) fails the gate too, unles
 
 For a lower-is-better metric (`stale@k`, see `eval.metrics.lower_is_better`) every direction is
 reversed: a rise is the regression, and the cases whose value rose are the ones that got worse.
+
+What is checked, and the slack, is a `GatePolicy` (`eval.verdict`), the one its baseline carries: a caller may
+make it stricter (`GatePolicy.tightened`), never looser.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from eval.errors import EvalError
-from eval.metrics import lower_is_better, metric_names
+from eval.metrics import lower_is_better
 from eval.report import mean_metrics
 from eval.runner import CaseResult, Run
-from eval.verdict import CaseChange, GateResult, MetricCheck, worsening
-
-
-@dataclass(frozen=True)
-class GateConfig:
-    """What to compare and how much slack to allow (absolute drops, metric scale 0..1).
-
-    Example:
-        >>> GateConfig(tolerance=0.02, per_metric={"hit@1": 0.05}).tolerance_for("hit@1")
-        0.05
-    """
-
-    metrics: tuple[str, ...] = ()  # empty: hit, recall, mrr, ndcg and stale at the largest k
-    tolerance: float = 0.02
-    per_metric: Mapping[str, float] = field(default_factory=dict)
-    category_tolerance: float | None = 0.10
-    min_category_cases: int = 5
-    alpha: float = 0.05
-    require_significance: bool = False
-    permutations: int = 10_000
-    seed: int = 0
-    fail_on_regressed: bool = True  # an incident case that passed in an earlier run and fails now fails the gate
-
-    def tolerance_for(self, metric: str) -> float:
-        return self.per_metric.get(metric, self.tolerance)
-
-    def check_names(self, ks: Sequence[int]) -> None:
-        """Raise `EvalError` naming the known metrics if one asked for is not computed for these k."""
-        known = metric_names(ks)
-        unknown = [m for m in (*self.metrics, *self.per_metric) if m not in known]
-        if unknown:
-            raise EvalError(f"unknown metric(s) {unknown} for k={sorted(set(ks))}; known: {', '.join(known)}")
+from eval.verdict import CaseChange, GatePolicy, GateRequest, GateResult, MetricCheck, worsening
 
 
 def default_metrics(run: Run) -> tuple[str, ...]:
@@ -62,13 +34,44 @@ def default_metrics(run: Run) -> tuple[str, ...]:
     return (f"hit@{k}", f"recall@{k}", f"mrr@{k}", f"ndcg@{k}", f"stale@{k}")
 
 
-def compare(run: Run, baseline: Run, config: GateConfig | None = None) -> GateResult:
-    """Gate `run` against `baseline`; the verdict and every reason behind it.
+def named(policy: GatePolicy, baseline: Run) -> GatePolicy:
+    """`policy` with its metrics named: when it names none, the defaults at the baseline's largest k (`stale@k` left
+    out of a baseline stored before it existed). What a baseline's policy is stored as, and tightened from."""
+    if policy.metrics:
+        return policy
+    present = _names(baseline)
+    return replace(policy, metrics=tuple(m for m in default_metrics(baseline) if m in present or not baseline.cases))
 
-    A metric asked for in `config.metrics` must be in both runs. Of the default metrics, `stale@k` is
-    skipped with a warning when a run stored before it existed lacks it (an older baseline still gates).
+
+@dataclass(frozen=True)
+class Judging:
+    """What a run is judged by: the policy (its metrics named), where it came from ("baseline": the one stored with
+    the baseline; "default": the service's, for a baseline that carries none) and what the caller made stricter."""
+
+    policy: GatePolicy
+    origin: str
+    tightened: tuple[str, ...] = ()
+
+    def compare(self, run: Run, baseline: Run) -> GateResult:
+        """`compare` by this policy, the verdict saying where it came from and what was tightened."""
+        return replace(compare(run, baseline, self.policy), policy_origin=self.origin, tightened=self.tightened)
+
+
+def judging(baseline: Run, stored: GatePolicy | None, default: GatePolicy, asked: GateRequest) -> Judging:
+    """The policy a run gated against `baseline` is judged by: the baseline's (`stored`; `default` for a baseline that
+    carries none), made stricter as `asked` (`LooserThanPolicy` if it asks for anything looser)."""
+    policy, made = named(stored or default, baseline).tightened(asked)
+    return Judging(policy, "baseline" if stored is not None else "default", made)
+
+
+def compare(run: Run, baseline: Run, policy: GatePolicy | None = None) -> GateResult:
+    """Gate `run` against `baseline` by `policy`; the verdict, every reason behind it, and the policy with the
+    metrics it gated.
+
+    A metric the policy names must be in both runs. A policy naming none gates the default metrics at the run's
+    largest k, of which `stale@k` is skipped with a warning when a run stored before it existed lacks it.
     """
-    cfg = config or GateConfig()
+    cfg = policy or GatePolicy()
     warnings = []
     metrics = cfg.metrics
     if not metrics:
@@ -130,6 +133,7 @@ def compare(run: Run, baseline: Run, config: GateConfig | None = None) -> GateRe
         ),
         better_cases=better,
         warnings=tuple(warnings),
+        policy=replace(cfg, metrics=metrics),
     )
 
 
@@ -138,7 +142,7 @@ def _names(run: Run) -> set[str]:
 
 
 def _check(
-    metric: str, scope: str, pairs: Sequence[tuple[CaseResult, CaseResult]], tolerance: float, cfg: GateConfig
+    metric: str, scope: str, pairs: Sequence[tuple[CaseResult, CaseResult]], tolerance: float, cfg: GatePolicy
 ) -> MetricCheck:
     current = mean_metrics([c for c, _ in pairs])[metric]
     baseline = mean_metrics([b for _, b in pairs])[metric]

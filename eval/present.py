@@ -7,11 +7,16 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from eval.report import Group, Report
 from eval.runner import Run
-from eval.verdict import GateResult
+from eval.verdict import GatePolicy, GateResult
+
+# An eval run's k values at most (the API's bound), and so the metrics a gate may name: one per name a run reports
+# (hit, recall, precision, mrr, ndcg and stale at each k, and mrr; `eval.metrics.metric_names`).
+MAX_KS = 10
+MAX_GATED_METRICS = 6 * MAX_KS + 1
 
 
 class GroupOut(BaseModel):
@@ -49,13 +54,54 @@ class BaselineRefOut(BaseModel):
     run_id: str | None
     sha256: str | None = Field(
         None,
-        description="SHA-256 of the baseline run's canonical JSON (eval.storage.run_digest): exactly what was compared",
+        description="SHA-256 of the baseline's canonical JSON, its run and its policy (eval.storage.Baseline.sha256): "
+        "exactly what was compared with and by",
     )
     source: str | None = Field(None, description='"packaged", "stored", "stored, shadowing packaged", or "file"')
 
 
+class GatePolicyBody(BaseModel):
+    """A gate policy (`eval.verdict.GatePolicy`) as the API reads and writes it; a field left out takes the default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metrics: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_GATED_METRICS,
+        description="the metrics gated; empty: hit, recall, mrr, ndcg and stale at the baseline's largest k",
+    )
+    tolerance: float = Field(GatePolicy.tolerance, ge=0, le=1, description="allowed absolute worsening per metric")
+    per_metric: dict[str, float] = Field(
+        default_factory=dict, max_length=MAX_GATED_METRICS, description="a tolerance for some metrics (0..1)"
+    )
+    category_tolerance: float | None = Field(
+        GatePolicy.category_tolerance, ge=0, le=1, description="per category; null: no per-category checks"
+    )
+    min_category_cases: int = Field(
+        GatePolicy.min_category_cases, ge=1, description="a category is checked when it has this many cases"
+    )
+    alpha: float = Field(GatePolicy.alpha, gt=0, lt=1, description="significance level of the paired test")
+    require_significance: bool = Field(
+        GatePolicy.require_significance, description="a drop fails only when also significant (p < alpha)"
+    )
+    fail_on_regressed_incidents: bool | None = Field(
+        None, description="an incident that passed before and fails now fails the gate (default: the service's)"
+    )
+    permutations: int = Field(GatePolicy.permutations, ge=100, le=1_000_000, description="of the paired test")
+    seed: int = Field(GatePolicy.seed, ge=0, le=2**31 - 1, description="of the paired test")
+
+
 class GateOut(BaseModel):
     baseline: BaselineRefOut | None = Field(None, description="the baseline this run was compared with")
+    policy: GatePolicyBody | None = Field(
+        None, description="the policy the verdict was judged by (null on verdicts filed before policies were kept)"
+    )
+    policy_origin: Literal["baseline", "default"] | None = Field(
+        None,
+        description='"baseline": the policy stored with the baseline; "default": the service\'s, for a baseline '
+        "stored before policies were",
+    )
+    tightened: list[str] = Field(default_factory=list, description="what the run's request made stricter")
     verdict: Literal["pass", "fail"]
     reasons: list[str]
     warnings: list[str]
@@ -202,6 +248,8 @@ def format_table(run: Run, report: Report, gate: GateResult | None) -> str:
             lines.append(f"  regressed (passed before, fail now): {', '.join(incidents.regressed)}")
     if gate is not None:
         lines.append(f"-- gate: {gate.verdict.upper()}")
+        if gate.policy is not None:
+            lines.append(f"  judged by {describe_policy(gate)}")
         lines.extend(f"  {r}" for r in gate.reasons)
         lines.extend(f"  warning: {w}" for w in gate.warnings)
         worse = sorted({w.case_id for w in gate.worse_cases})
@@ -211,3 +259,25 @@ def format_table(run: Run, report: Report, gate: GateResult | None) -> str:
             )
         lines.append(f"  {gate.better_cases} case(s) got better")
     return "\n".join(lines)
+
+
+def describe_policy(gate: GateResult) -> str:
+    """One line on the policy a verdict was judged by: where it came from, what it gates, the slack, what the run's
+    request made stricter."""
+    p = gate.policy
+    if p is None:
+        return "a policy not recorded (a verdict filed before policies were)"
+    origin = {"baseline": "the baseline's policy", "default": "the service's default policy"}
+    tolerances = ", ".join(f"{m} {p.tolerance_for(m):g}" for m in p.metrics if m in p.per_metric)
+    parts = [
+        f"{origin.get(gate.policy_origin or '', 'a policy')}: {', '.join(p.metrics)}",
+        f"tolerance {p.tolerance:g}" + (f" ({tolerances})" if tolerances else ""),
+        f"per category {p.category_tolerance:g} (>= {p.min_category_cases} cases)"
+        if p.category_tolerance is not None
+        else "no per-category checks",
+        f"drops must be significant (alpha {p.alpha:g})" if p.require_significance else "significance not required",
+        "regressed incidents fail" if p.fail_on_regressed else "regressed incidents only warn",
+    ]
+    if gate.tightened:
+        parts.append(f"made stricter by the request: {', '.join(gate.tightened)}")
+    return "; ".join(parts)

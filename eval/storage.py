@@ -18,10 +18,11 @@ from typing import Any, Protocol
 
 from eval.cases import Case, Label, dump_jsonl, load_cases, parse_jsonl
 from eval.errors import AlreadyExists, EvalError, ReadOnly, UnknownName
+from eval.gate import named
 from eval.matching import Retrieved
 from eval.report import mean_metrics
 from eval.runner import CaseResult, Run
-from eval.verdict import GateResult
+from eval.verdict import GatePolicy, GateResult
 
 log = logging.getLogger("plumbline")
 PACKAGE_DIR = Path(__file__).parent
@@ -123,6 +124,23 @@ class RunSummary:
     gate: str | None  # "pass", "fail", or None when not gated
     kind: str
     params: Mapping[str, Any]
+    gate_policy: Mapping[str, Any] | None = None  # what the gate judged by (`GatePolicy.to_json`); None before
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A baseline: the run a gate compares with, the gate policy it judges by (set by whoever promoted it; None for
+    one stored before policies were, which the service's default then judges by), and where it came from
+    ("stored", "packaged", "stored, shadowing packaged" or "file"). Its record is the run's JSON with the policy
+    under `gate_policy`; `sha256` hashes both, so a verdict names exactly what it was compared with and by."""
+
+    run: Run
+    policy: GatePolicy | None
+    source: str
+
+    @property
+    def sha256(self) -> str:
+        return canonical_digest(baseline_to_json(self.run, self.policy))
 
 
 class RunStore:
@@ -178,6 +196,7 @@ class RunStore:
                     obj["gate"],
                     obj.get("kind", "manual"),  # summaries written before run kinds existed
                     obj.get("params", {}),
+                    obj.get("gate_policy"),  # summaries written before gate policies were recorded have none
                 )
             )
         return out
@@ -186,10 +205,13 @@ class RunStore:
         """The id of the newest run of `kind` of each set (run ids sort by time)."""
         return dict(self._writable().latest_run_ids(kind))
 
-    def promote(self, run_id: str, name: str, *, replace: bool = False, shadow: bool = False) -> str | None:
-        """Make a run the baseline `name`; the run id of the baseline it replaces, if any. An existing one is
-        replaced only when asked, and kept in the baselines' history; a packaged one's name only with `shadow`
-        (`ReadOnly` otherwise)."""
+    def promote(
+        self, run_id: str, name: str, policy: GatePolicy, *, replace: bool = False, shadow: bool = False
+    ) -> tuple[Baseline, str | None]:
+        """Make a run the baseline `name`, judged by `policy` (its metrics named: `eval.gate.named`); the baseline as
+        stored, and the run id of the one it replaces, if any. An existing one is replaced only when asked, and kept
+        in the baselines' history; a packaged one's name only with `shadow` (`ReadOnly` otherwise). A policy gating
+        a metric the run lacks is an `EvalError`."""
         check_name(name, "baseline")
         if self.packaged(name) and not shadow:
             raise ReadOnly(
@@ -197,6 +219,11 @@ class RunStore:
                 "deliberately (an admin's POST /eval/baselines with shadow: true)"
             )
         run = self.get(run_id)
+        policy.check_names(run.ks)
+        policy = named(policy, run)
+        absent = [m for m in policy.metrics if run.cases and m not in run.cases[0].metrics]
+        if absent:
+            raise EvalError(f"run {run_id} has no {', '.join(absent)}: its baseline's policy cannot gate them")
         try:
             old: Run | None = self.baseline(name)
         except UnknownName:
@@ -206,25 +233,27 @@ class RunStore:
                 f"baseline {name!r} exists (run {old.run_id}); send replace: true to replace it "
                 "(the old one is kept in the baselines' history)"
             )
-        self._writable().put_baseline(name, run.run_id, dump_run(run), replace=replace)
-        return old.run_id if old is not None else None
+        self._writable().put_baseline(name, run.run_id, dump_baseline(run, policy), replace=replace)
+        return self.located(name), old.run_id if old is not None else None
 
     def packaged(self, name: str) -> bool:
         return self.seeds is not None and (self.seeds / f"{name}.json").is_file()
 
     def baseline(self, name: str) -> Run:
-        """A baseline by name: the stored one, then the packaged seeds. Never a path (an API caller names it)."""
-        return self.located(name)[0]
+        """A baseline's run by name: the stored one, then the packaged seeds. Never a path (an API caller names it)."""
+        return self.located(name).run
 
-    def located(self, name: str) -> tuple[Run, str]:
-        """A baseline by name and where it came from: "stored", "packaged", or "stored, shadowing packaged"."""
+    def located(self, name: str) -> Baseline:
+        """A baseline by name, with its policy and where it came from: "stored", "packaged", or "stored, shadowing
+        packaged"."""
         check_name(name, "baseline")
         record = self.records.get_baseline(name) if self.records is not None else None
         if record is not None:
-            return run_from_json(json.loads(record)), "stored, shadowing packaged" if self.packaged(name) else "stored"
+            source = "stored, shadowing packaged" if self.packaged(name) else "stored"
+            return baseline_from_json(json.loads(record), source)
         seed = self.seeds / f"{name}.json" if self.seeds is not None else None
         if seed is not None and seed.is_file():
-            return load_run(seed), "packaged"
+            return _read_baseline(seed, "packaged")
         raise UnknownName(f"no baseline named {name!r}")
 
 
@@ -301,35 +330,66 @@ def run_from_json(obj: dict[str, Any]) -> Run:
 
 
 def dump_summary(run: Run) -> str:
-    """What a listing shows of a run without reading its record: unit, case count, mean metrics, gate verdict,
-    kind, and the parameters it ran with (an experiment's overrides among them)."""
+    """What a listing shows of a run without reading its record: unit, case count, mean metrics, gate verdict and
+    the policy it judged by, kind, and the parameters it ran with (an experiment's overrides among them)."""
+    policy = run.gate.policy if run.gate else None
     summary = {
         "unit": run.unit,
         "cases": len(run.cases),
         "metrics": mean_metrics(run.cases),
         "gate": run.gate.verdict if run.gate else None,
+        "gate_policy": policy.to_json() if policy is not None else None,
         "kind": run.kind,
         "params": dict(run.params),
     }
     return json.dumps(summary)
 
 
-def run_digest(run: Run) -> str:
-    """SHA-256 of a run's canonical JSON: the same run hashes the same wherever it is stored (file, SQLite,
-    PostgreSQL), so a gate verdict can name exactly what it was compared with."""
-    canonical = json.dumps(run_to_json(run), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def canonical_digest(obj: Mapping[str, Any]) -> str:
+    """SHA-256 of a record's canonical JSON (sorted keys, no spaces, UTF-8): the same run or baseline hashes the same
+    wherever it is stored (file, SQLite, PostgreSQL)."""
+    canonical = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def run_digest(run: Run) -> str:
+    return canonical_digest(run_to_json(run))
+
+
+def baseline_to_json(run: Run, policy: GatePolicy | None) -> dict[str, Any]:
+    """A baseline's record: its run's, with its gate policy under `gate_policy` (none for one stored before)."""
+    return {**run_to_json(run), **({"gate_policy": policy.to_json()} if policy is not None else {})}
+
+
+def baseline_from_json(obj: dict[str, Any], source: str) -> Baseline:
+    policy = obj.get("gate_policy")
+    return Baseline(run_from_json(obj), GatePolicy.from_json(policy) if policy is not None else None, source)
 
 
 def dump_run(run: Run) -> str:
     return json.dumps(run_to_json(run), ensure_ascii=False, indent=1) + "\n"
 
 
-def load_run(path: Path) -> Run:
+def dump_baseline(run: Run, policy: GatePolicy) -> str:
+    return json.dumps(baseline_to_json(run, policy), ensure_ascii=False, indent=1) + "\n"
+
+
+def _read_json(path: Path) -> dict[str, Any]:
     try:
-        return run_from_json(json.loads(path.read_text(encoding="utf-8")))
+        obj = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise EvalError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise EvalError(f"{path}: not a Plumbline run record")
+    return obj
+
+
+def load_run(path: Path) -> Run:
+    return run_from_json(_read_json(path))
+
+
+def _read_baseline(path: Path, source: str) -> Baseline:
+    return baseline_from_json(_read_json(path), source)
 
 
 def load_set(path_or_name: str, store: SetStore | None = None) -> tuple[str, Sequence[Case]]:
@@ -340,11 +400,12 @@ def load_set(path_or_name: str, store: SetStore | None = None) -> tuple[str, Seq
     return path_or_name, (store or SetStore(None)).get(path_or_name)
 
 
-def load_baseline(path_or_name: str, store: RunStore | None = None) -> Run:
-    """For the CLI: a baseline by path to a run file, or by name (through `store`, default the packaged)."""
+def load_baseline(path_or_name: str, store: RunStore | None = None) -> Baseline:
+    """For the CLI: a baseline by path to a run or baseline file (its `gate_policy`, if it has one), or by name
+    (through `store`, default the packaged)."""
     path = Path(path_or_name)
     if path.suffix == ".json":
         if not path.is_file():
             raise UnknownName(f"no baseline file {path}")
-        return load_run(path)
-    return (store or RunStore(None)).baseline(path_or_name)
+        return _read_baseline(path, "file")
+    return (store or RunStore(None)).located(path_or_name)

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval.gate import GateConfig
 from eval.matching import Unit
+from eval.verdict import GateRequest
 from service.domain import FusionMethod, Mode
 from service.filters import FilterSpec, to_filters
 from service.inputs import SearchOptions
@@ -52,15 +52,15 @@ class SearchOverrides:
 @dataclass(frozen=True)
 class RunOptions:
     """An eval run of set `set_name` over the served configuration, as asked: an experiment when `search` overrides
-    anything, else a monitoring run if asked, else a manual one. `gate` None: the default gate, failing on regressed
-    incidents as `Settings.fail_on_regressed_incidents` says. `tenant`: a tenant-bound caller's, whose run sees that
-    tenant's cases and documents only."""
+    anything, else a monitoring run if asked, else a manual one. `gate`: what the caller asks of the gate besides
+    the baseline's policy (only ever stricter: `eval.verdict.GatePolicy.tightened`). `tenant`: a tenant-bound
+    caller's, whose run sees that tenant's cases and documents only."""
 
     set_name: str
     search: SearchOverrides = field(default_factory=SearchOverrides)
     ks: tuple[int, ...] = (1, 5, 10)
     unit: Unit = "chunk"
-    gate: GateConfig | None = None
+    gate: GateRequest = field(default_factory=GateRequest)
     monitoring: bool = False
     baseline: str | None = None
     tenant: str | None = None

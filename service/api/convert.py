@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from eval.gate import GateConfig
+from eval.present import GatePolicyBody
+from eval.verdict import GatePolicy, GateRequest
 from service.api.schemas import EvalRunRequest
 from service.domain import Document
 from service.inputs import DocumentIn
@@ -14,24 +15,32 @@ def to_document(d: DocumentIn) -> Document:
     return Document(**{**d.model_dump(), "tags": tuple(d.tags)})
 
 
-def run_options(body: EvalRunRequest, s: Settings) -> RunOptions:
-    """The run a request asks for; a gate left unsaid fails on regressed incidents as the service's setting says."""
-    config = GateConfig(
-        metrics=tuple(body.metrics),
-        tolerance=body.tolerance if body.tolerance is not None else GateConfig().tolerance,
-        require_significance=body.require_significance,
-        fail_on_regressed=(
-            body.fail_on_regressed_incidents
-            if body.fail_on_regressed_incidents is not None
-            else s.fail_on_regressed_incidents
-        ),
-    )
+def run_options(body: EvalRunRequest) -> RunOptions:
+    """The run a request asks for; its gate fields ask for a gate stricter than the baseline's policy."""
     return RunOptions(
         body.set,
         SearchOverrides.of(body.overrides),
         tuple(body.k),
         body.unit,
-        config,
+        GateRequest(
+            metrics=tuple(body.metrics),
+            tolerance=body.tolerance,
+            require_significance=body.require_significance,
+            fail_on_regressed=body.fail_on_regressed_incidents,
+        ),
         monitoring=body.monitoring,
         baseline=body.baseline,
     )
+
+
+def gate_policy(body: GatePolicyBody | None, s: Settings) -> GatePolicy:
+    """The policy a promotion asks for: the defaults where it says nothing, failing on regressed incidents as the
+    service's setting says unless it says otherwise."""
+    given = body.model_dump(exclude_unset=True) if body is not None else {}
+    if given.get("fail_on_regressed_incidents") is None:
+        given["fail_on_regressed_incidents"] = s.fail_on_regressed_incidents
+    return GatePolicy.from_json(given)
+
+
+def policy_body(policy: GatePolicy) -> GatePolicyBody:
+    return GatePolicyBody.model_validate(policy.to_json())

@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from eval.errors import AlreadyExists, EvalError, ReadOnly, UnknownName
+from eval.errors import AlreadyExists, EvalError, LooserThanPolicy, ReadOnly, UnknownName
 from service.errors import (
     Busy,
     Cancelled,
@@ -42,6 +42,7 @@ STATUS: list[tuple[type[Exception], int]] = [
     (UnknownName, 404),
     (AlreadyExists, 409),
     (ReadOnly, 409),
+    (LooserThanPolicy, 403),
     (EvalError, 422),
     (PayloadTooLarge, 413),
     (Busy, 429),

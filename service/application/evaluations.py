@@ -8,8 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from eval.cases import Case, dump_jsonl
+from eval.gate import Judging, judging
 from eval.runner import Run
-from eval.storage import RunSummary
+from eval.storage import Baseline, RunSummary
+from eval.verdict import GatePolicy, GateRequest
 from service.access.principals import Principal, require
 from service.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from service.evaluation.retriever import Evaluation, tenant_cases
@@ -92,13 +94,23 @@ class Evaluations:
         self.evals.cancel(run_id)
         return job
 
-    def promote(self, caller: Principal, run_id: str, name: str, *, replace: bool, shadow: bool) -> str | None:
-        """Promote a run over every tenant to baseline `name`; the run id it replaced, if any."""
+    def promote(
+        self, caller: Principal, run_id: str, name: str, policy: GatePolicy, *, replace: bool, shadow: bool
+    ) -> tuple[Baseline, str | None]:
+        """Promote a run over every tenant to baseline `name`, judged by `policy`; the baseline as stored and the run
+        id it replaced, if any."""
         if shadow:
             require(caller, ("admin",), "shadowing a packaged baseline")
         if self.evals.runs.get(run_id).tenant is not None:
             raise InvalidRequest(f"run {run_id} was confined to one tenant: it cannot be a baseline for all")
-        return self.evals.runs.promote(run_id, name, replace=replace, shadow=shadow)
+        return self.evals.runs.promote(run_id, name, policy, replace=replace, shadow=shadow)
+
+    def baseline(self, name: str) -> tuple[Baseline, Judging]:
+        """A baseline, and the policy a run gated against it is judged by unless it asks for a stricter one (its own,
+        or the service's default for a baseline stored before policies were)."""
+        found = self.evals.runs.located(name)
+        default = GatePolicy(fail_on_regressed=self.settings.fail_on_regressed_incidents)
+        return found, judging(found.run, found.policy, default, GateRequest())
 
     def sets(self, caller: Principal) -> list[SetInfo]:
         return [

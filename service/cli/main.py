@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from eval.errors import EvalError
-from eval.gate import GateConfig, compare
+from eval.gate import judging
 from eval.present import format_table, report_json
 from eval.report import build_report
 from eval.runner import Retriever, Run, run_set
 from eval.storage import dump_run, load_baseline, load_set
-from eval.verdict import GateResult
+from eval.verdict import GatePolicy, GateRequest, GateResult
 from service.cli.common import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_OK, EXIT_REGRESSION, audit, data_dir_option, settings_of
 from service.errors import PlumblineError
 from service.infra import logs
@@ -90,9 +90,18 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--k", type=int, nargs="+", default=[1, 5, 10])
     run.add_argument("--unit", choices=["chunk", "doc"], default="chunk")
     run.add_argument("--baseline", help="baseline name, or a path to a run .json file")
-    run.add_argument("--tolerance", type=float, default=GateConfig().tolerance)
-    run.add_argument("--metrics", nargs="+", default=[], help="metrics to gate (default: hit/recall/mrr/ndcg@max k)")
-    run.add_argument("--require-significance", action="store_true")
+    run.add_argument(
+        "--tolerance",
+        type=float,
+        help="allowed absolute drop per metric: at most the baseline policy's (the gate is judged by the policy "
+        "stored with the baseline; these options may only make it stricter, anything looser is refused)",
+    )
+    run.add_argument("--metrics", nargs="+", default=[], help="metrics to gate besides the baseline policy's")
+    run.add_argument(
+        "--require-significance",
+        action=argparse.BooleanOptionalAction,
+        help="--no-require-significance: a drop fails even if not significant, where the policy requires it",
+    )
     run.add_argument("--ingest", type=Path, action="append", default=[], help="in-process: index this first")
     run.add_argument(
         "--override",
@@ -182,10 +191,10 @@ def _overrides(pairs: list[str]) -> dict[str, Any]:
 
 def _eval_run(args: argparse.Namespace) -> int:
     overrides = _overrides(args.override)
-    config = GateConfig(
+    config = GateRequest(
         metrics=tuple(args.metrics), tolerance=args.tolerance, require_significance=args.require_significance
     )
-    config.check_names(args.k)
+    GatePolicy(metrics=config.metrics).check_names(args.k)
     if args.monitoring and (overrides or _is_file(args.set) or (args.baseline and _is_file(args.baseline))):
         raise EvalError("--monitoring replays a stored set over the served configuration: no --override, no files")
     if args.monitoring and args.url:
@@ -195,9 +204,11 @@ def _eval_run(args: argparse.Namespace) -> int:
 
         set_name, cases = load_set(args.set)
         baseline = load_baseline(args.baseline) if args.baseline else None
+        # judged by the baseline's policy (the defaults for one that carries none), refused before the run if looser
+        judged = judging(baseline.run, baseline.policy, GatePolicy(), config) if baseline else None
         retriever: Retriever = HttpRetriever(args.url, overrides)
         run = run_set(cases, retriever, set_name=set_name, ks=args.k, unit=args.unit, params=overrides)
-        gate = compare(run, baseline, config) if baseline else None
+        gate = judged.compare(run, baseline.run) if judged and baseline else None
         if gate is not None:
             run = replace(run, gate=gate)
     else:
@@ -212,7 +223,7 @@ def _eval_run(args: argparse.Namespace) -> int:
 
 
 def _eval_in_process(
-    args: argparse.Namespace, overrides: dict[str, Any], config: GateConfig
+    args: argparse.Namespace, overrides: dict[str, Any], config: GateRequest
 ) -> tuple[Run, GateResult | None, tuple[str, ...]]:
     """The service's own orchestration (`EvalService.evaluate_cases`): replay, gate, then store with the verdict."""
     from pydantic import ValidationError
@@ -302,7 +313,7 @@ def _poll(client: Any, url: str) -> dict[str, Any]:
         time.sleep(POLL_SECONDS)
 
 
-def _monitor_remote(args: argparse.Namespace, config: GateConfig) -> int:
+def _monitor_remote(args: argparse.Namespace, config: GateRequest) -> int:
     """Ask a running service for a monitoring run in the background, follow its progress, print its report."""
     from service.cli.remote import no_delay_client
 

@@ -10,9 +10,10 @@ import pytest
 
 from eval.cases import Case
 from eval.errors import EvalError
-from eval.gate import GateConfig, compare, default_metrics, paired_randomization_p
+from eval.gate import compare, default_metrics, judging, named, paired_randomization_p
 from eval.matching import Retrieved
 from eval.runner import Run
+from eval.verdict import GatePolicy, GateRequest
 
 from .helpers import doc_case, docs, filler, run_with
 
@@ -118,22 +119,22 @@ def test_worse_cases_are_listed_biggest_drop_first() -> None:
             return [*good(c)[:1], *filler(c.id, 9)]  # loses one of two
         return good(c)
 
-    gate = compare(run_with(CASES, partly, ks=(1, 5, 10)), BASE, GateConfig(metrics=("recall@10",)))
+    gate = compare(run_with(CASES, partly, ks=(1, 5, 10)), BASE, GatePolicy(metrics=("recall@10",)))
     assert [(w.case_id, w.current) for w in gate.worse_cases] == [("c004", 0.0), ("c007", 0.5)]
 
 
 def test_per_metric_tolerance() -> None:
     shuffled = run_with(CASES, shuffling(3), ks=(1, 5, 10))
-    cfg = GateConfig(per_metric={"mrr@10": 0.5, "ndcg@10": 0.5}, category_tolerance=None)
+    cfg = GatePolicy(per_metric={"mrr@10": 0.5, "ndcg@10": 0.5}, category_tolerance=None)
     assert compare(shuffled, BASE, cfg).passed
-    assert not compare(shuffled, BASE, GateConfig(per_metric={"mrr@10": 0.5}, category_tolerance=None)).passed
+    assert not compare(shuffled, BASE, GatePolicy(per_metric={"mrr@10": 0.5}, category_tolerance=None)).passed
 
 
 def test_a_category_collapse_fails_even_when_the_mean_is_within_tolerance() -> None:
     cases = make_set(200, categories=lambda i: "billing" if i < 10 else f"cat{i // 10}")
     base = run_with(cases, good, ks=(1, 5, 10))
     collapsed = run_with(cases, lambda c: filler(c.id, 10) if c.category == "billing" else good(c), ks=(1, 5, 10))
-    cfg = GateConfig(tolerance=0.06, category_tolerance=0.10)
+    cfg = GatePolicy(tolerance=0.06, category_tolerance=0.10)
     gate = compare(collapsed, base, cfg)
     overall = [c for c in gate.checks if c.scope == "overall" and c.metric in GATED]
     assert all(c.delta == pytest.approx(-0.05) and not c.failed for c in overall)
@@ -149,19 +150,19 @@ def test_small_categories_are_not_gated_on_their_own() -> None:
     cases = make_set(40, categories=lambda i: "tiny" if i < 4 else "big")
     base = run_with(cases, good, ks=(1, 5, 10))
     collapsed = run_with(cases, lambda c: filler(c.id, 10) if c.category == "tiny" else good(c), ks=(1, 5, 10))
-    gate = compare(collapsed, base, GateConfig(tolerance=0.2))
+    gate = compare(collapsed, base, GatePolicy(tolerance=0.2))
     assert "category:tiny" not in {c.scope for c in gate.checks}
     assert "category:big" in {c.scope for c in gate.checks}
     assert gate.passed
-    assert not compare(collapsed, base, GateConfig(tolerance=0.2, min_category_cases=4)).passed
+    assert not compare(collapsed, base, GatePolicy(tolerance=0.2, min_category_cases=4)).passed
 
 
 def test_require_significance() -> None:
     cases = make_set(20)
     base = run_with(cases, good, ks=(1, 5, 10))
     one_case = run_with(cases, lambda c: filler(c.id, 10) if c.id == "c013" else good(c), ks=(1, 5, 10))
-    plain = GateConfig(metrics=GATED, category_tolerance=None)
-    strict = GateConfig(metrics=GATED, category_tolerance=None, require_significance=True)
+    plain = GatePolicy(metrics=GATED, category_tolerance=None)
+    strict = GatePolicy(metrics=GATED, category_tolerance=None, require_significance=True)
     # a single case lost: the mean falls 0.05, beyond the tolerance, but that is within the set's noise
     gate = compare(one_case, base, plain)
     assert not gate.passed
@@ -239,9 +240,9 @@ def test_a_rise_in_stale_fails_because_lower_is_better() -> None:
     assert {(c.metric, c.scope) for c in gate.checks if c.failed} == {
         ("stale@10", s) for s in ("overall", "category:cat0", "category:cat1", "category:cat2")
     }
-    assert not compare(stale, BASE, GateConfig(require_significance=True)).passed
+    assert not compare(stale, BASE, GatePolicy(require_significance=True)).passed
     # within tolerance it passes; going back to fresh results is an improvement, never a regression
-    assert compare(stale, BASE, GateConfig(per_metric={"stale@10": 0.4}, category_tolerance=None)).passed
+    assert compare(stale, BASE, GatePolicy(per_metric={"stale@10": 0.4}, category_tolerance=None)).passed
     back = compare(BASE, stale)
     assert back.passed
     assert back.worse_cases == ()
@@ -257,7 +258,7 @@ def test_stale_and_relevance_regressions_are_listed_worst_first() -> None:
             return [*good(c)[:1], *filler(c.id, 9)]  # recall@10 falls by 0.5
         return good(c)
 
-    gate = compare(run_with(CASES, both, ks=(1, 5, 10)), BASE, GateConfig(metrics=("recall@10", "stale@10")))
+    gate = compare(run_with(CASES, both, ks=(1, 5, 10)), BASE, GatePolicy(metrics=("recall@10", "stale@10")))
     assert [(w.case_id, w.metric) for w in gate.worse_cases] == [("c004", "stale@10"), ("c007", "recall@10")]
 
 
@@ -281,7 +282,24 @@ def test_a_baseline_that_predates_stale_still_gates_with_a_warning() -> None:
     assert compare(old, BASE).warnings == ("the run predates stale@10; it is not gated",)
     # asked for by name, it must be in both runs
     with pytest.raises(EvalError, match=r"\['stale@10'\] are not in both runs"):
-        compare(BASE, old, GateConfig(metrics=("hit@10", "stale@10")))
+        compare(BASE, old, GatePolicy(metrics=("hit@10", "stale@10")))
+
+
+def test_a_policy_names_its_metrics_from_the_baseline_and_a_verdict_says_what_judged_it() -> None:
+    assert named(GatePolicy(), BASE).metrics == (*GATED, "stale@10")
+    assert named(GatePolicy(), without_stale(BASE)).metrics == GATED  # a baseline that predates stale@10
+    assert named(GatePolicy(metrics=("hit@1",)), BASE).metrics == ("hit@1",)  # named ones are kept
+    # at the baseline's largest k, whatever k the run asks for beyond it
+    assert named(GatePolicy(), run_with(CASES, good, ks=(1, 5))).metrics[0] == "hit@5"
+    stored = GatePolicy(tolerance=0.05)
+    judged = judging(BASE, stored, GatePolicy(), GateRequest(tolerance=0.01))
+    assert (judged.origin, judged.tightened) == ("baseline", ("tolerance 0.01",))
+    gate = judged.compare(run_with(CASES, dropping(3), ks=(1, 5, 10)), BASE)
+    assert not gate.passed
+    assert gate.policy == named(GatePolicy(tolerance=0.01, per_metric={}), BASE)
+    assert (gate.policy_origin, gate.tightened) == ("baseline", ("tolerance 0.01",))
+    default = judging(BASE, None, GatePolicy(fail_on_regressed=False), GateRequest())
+    assert (default.origin, default.policy.fail_on_regressed) == ("default", False)
 
 
 def test_missing_metrics_raise() -> None:
@@ -290,7 +308,7 @@ def test_missing_metrics_raise() -> None:
     with pytest.raises(EvalError, match=r"not in both runs \(run has k=\[1, 5, 10\], baseline k=\[1, 5\]\)"):
         compare(BASE, other_k)
     with pytest.raises(EvalError, match="not in both runs"):
-        compare(BASE, BASE, GateConfig(metrics=("hit@3",)))
+        compare(BASE, BASE, GatePolicy(metrics=("hit@3",)))
 
 
 def test_no_shared_cases_raises() -> None:
@@ -326,7 +344,7 @@ def test_a_regressed_incident_fails_the_gate_unless_told_otherwise() -> None:
     gate = compare(run, baseline)
     assert not gate.passed
     assert gate.reasons == ("incident case(s) incident-7 passed in an earlier run and fail now (regressed)",)
-    lenient = compare(run, baseline, GateConfig(fail_on_regressed=False))
+    lenient = compare(run, baseline, GatePolicy(fail_on_regressed=False))
     assert lenient.passed
     assert any("incident-7" in w for w in lenient.warnings)
     assert compare(dataclasses.replace(run, incident_outcomes={"incident-7": "failed"}), baseline).passed

@@ -7,11 +7,12 @@ import json
 from collections.abc import Sequence
 
 from eval.cases import Case
-from eval.gate import GateConfig, compare
+from eval.gate import compare
 from eval.matching import Retrieved
 from eval.present import format_table, report_json
 from eval.report import build_report
 from eval.runner import Run
+from eval.verdict import GatePolicy
 
 from .helpers import doc_case, docs, filler, run_with
 
@@ -36,7 +37,7 @@ def runs() -> tuple[Run, Run]:
 
 def test_report_json_keys_and_metric_names() -> None:
     base, run = runs()
-    gate = compare(run, base, GateConfig(min_category_cases=1))
+    gate = compare(run, base, GatePolicy(min_category_cases=1))
     body = report_json(run, build_report(run), gate)
     assert json.loads(json.dumps(body)) == body  # plain JSON
     for key in ("run_id", "metrics", "by_category", "by_source", "cases", "diagnosis", "gate"):
@@ -76,7 +77,7 @@ def test_report_json_without_cases_or_gate() -> None:
 
 def test_gate_json() -> None:
     base, run = runs()
-    out = compare(run, base, GateConfig(min_category_cases=1)).to_json()
+    out = compare(run, base, GatePolicy(min_category_cases=1)).to_json()
     check = next(c for c in out["checks"] if c["metric"] == "hit@10" and c["scope"] == "overall")
     assert check["delta"] == round(-1 / 3, 6)
     assert check["failed"] is True
@@ -87,7 +88,7 @@ def test_gate_json() -> None:
 
 def test_format_table_shows_metrics_groups_diagnosis_and_verdict() -> None:
     base, run = runs()
-    gate = compare(run, base, GateConfig(min_category_cases=1))
+    gate = compare(run, base, GatePolicy(min_category_cases=1))
     table = format_table(run, build_report(run), gate)
     lines = table.splitlines()
     assert lines[0] == f"run {run.run_id}  set test  unit chunk  k [1, 5, 10]"

@@ -10,6 +10,7 @@ import pytest
 
 from eval.cases import Label, dump_jsonl
 from eval.errors import AlreadyExists, EvalError, ReadOnly, UnknownName
+from eval.gate import default_metrics
 from eval.runner import Run
 from eval.storage import (
     SNIPPET,
@@ -21,10 +22,11 @@ from eval.storage import (
     load_baseline,
     load_run,
     load_set,
+    run_digest,
     run_from_json,
     run_to_json,
 )
-from eval.verdict import GateResult
+from eval.verdict import GatePolicy, GateResult
 from tests.fakes import FakeRecords
 
 from .helpers import case, doc_case, docs, res, run_with
@@ -206,20 +208,29 @@ def test_promote_and_baseline_by_name_or_path(tmp_path: Path) -> None:
     store = RunStore(FakeRecords(), seeds=None)
     run = sample_run()
     store.save(run)
-    assert store.promote(run.run_id, "main") is None
+    stored, replaced = store.promote(run.run_id, "main", GatePolicy(tolerance=0.01))
+    assert replaced is None
     assert store.baseline("main") == run
+    # stored with its policy, the metrics named (the defaults at the run's largest k), and hashed with it
+    assert stored == store.located("main")
+    assert stored.policy == GatePolicy(tolerance=0.01, metrics=default_metrics(run))
+    assert stored.sha256 != run_digest(run)
     path = tmp_path / "main.json"
     path.write_text(dump_run(run), encoding="utf-8")
     with pytest.raises(EvalError, match="baseline name"):  # the API names baselines; only the CLI reads paths
         store.baseline(str(path))
-    assert load_baseline(str(path)) == run
-    assert load_baseline("main", store) == run
+    from_file = load_baseline(str(path))
+    assert (from_file.run, from_file.policy, from_file.source) == (run, None, "file")  # a plain run file: no policy
+    assert from_file.sha256 == run_digest(run)  # a baseline without a policy hashes as its run did before policies
+    assert load_baseline("main", store) == stored
     with pytest.raises(UnknownName, match="no baseline named 'other'"):
         store.baseline("other")
     with pytest.raises(UnknownName):
-        store.promote("20990101T000000-ffffff", "main")
+        store.promote("20990101T000000-ffffff", "main", GatePolicy())
     with pytest.raises(EvalError, match="baseline name"):
-        store.promote(run.run_id, "../main")
+        store.promote(run.run_id, "../main", GatePolicy())
+    with pytest.raises(EvalError, match="unknown metric"):  # a policy gating what the run does not compute
+        store.promote(run.run_id, "other", GatePolicy(metrics=("hit@3",)))
 
 
 def test_baselines_fall_back_to_the_packaged_seeds(tmp_path: Path) -> None:
@@ -229,16 +240,16 @@ def test_baselines_fall_back_to_the_packaged_seeds(tmp_path: Path) -> None:
     assert store.baseline("main").run_id == "shipped"
     local = dataclasses.replace(sample_run(), run_id="local")
     store.save(local)
-    assert store.located("main")[1] == "packaged"
+    assert store.located("main").source == "packaged"
     for replace in (False, True):  # a packaged baseline is read-only, replace or not
         with pytest.raises(ReadOnly, match="baseline 'main' ships with Plumbline and is read-only"):
-            store.promote("local", "main", replace=replace)
+            store.promote("local", "main", GatePolicy(), replace=replace)
     assert store.baseline("main").run_id == "shipped"
     with pytest.raises(AlreadyExists, match="baseline 'main' exists \\(run shipped\\); send replace: true"):
-        store.promote("local", "main", shadow=True)  # shadowing a packaged baseline is a replacement too
-    assert store.promote("local", "main", replace=True, shadow=True) == "shipped"
+        store.promote("local", "main", GatePolicy(), shadow=True)  # shadowing a packaged baseline replaces it too
+    assert store.promote("local", "main", GatePolicy(), replace=True, shadow=True)[1] == "shipped"
     assert store.baseline("main").run_id == "local"
-    assert store.located("main")[1] == "stored, shadowing packaged"
+    assert store.located("main").source == "stored, shadowing packaged"
     assert (tmp_path / "main.json").read_text(encoding="utf-8") == dump_run(shipped)  # the seed is untouched
 
 
@@ -248,11 +259,11 @@ def test_replacing_a_baseline_needs_asking_and_keeps_the_old_one() -> None:
     first, second = sample_run(), dataclasses.replace(sample_run(), run_id="second")
     store.save(first)
     store.save(second)
-    store.promote(first.run_id, "main")
+    store.promote(first.run_id, "main", GatePolicy())
     with pytest.raises(AlreadyExists):
-        store.promote("second", "main")
+        store.promote("second", "main", GatePolicy())
     assert store.baseline("main") == first
-    assert store.promote("second", "main", replace=True) == first.run_id
+    assert store.promote("second", "main", GatePolicy(), replace=True)[1] == first.run_id
     assert store.baseline("main").run_id == "second"
     assert [(name, run_id) for name, run_id, _ in records.history] == [("main", first.run_id)]
 

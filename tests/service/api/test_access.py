@@ -29,6 +29,7 @@ TABLE: list[tuple[str, str, dict[str, Any], tuple[str, ...]]] = [
     ("POST", "/eval/runs/{run_id}/cancel", {"url": "/eval/runs/20990101T000000-ffffff/cancel"}, ("eval:run",)),
     ("GET", "/eval/runs/{run_id}/trec", {"url": "/eval/runs/20990101T000000-ffffff/trec"}, ("eval:run",)),
     ("POST", "/eval/baselines", {"json": {"run_id": "20990101T000000-ffffff", "name": "b"}}, ("eval:admin",)),
+    ("GET", "/eval/baselines/{name}", {"url": "/eval/baselines/handbook"}, ("eval:run",)),
     ("GET", "/eval/sets", {}, ("eval:run",)),
     ("GET", "/eval/sets/{name}", {"url": "/eval/sets/handbook"}, ("eval:run",)),
     (

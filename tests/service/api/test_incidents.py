@@ -324,20 +324,30 @@ def test_a_regressed_incident_fails_the_gate(client: TestClient) -> None:
     accept(client, new)
     first = client.post("/eval/run", json={"set": "mini", "k": [1]}).json()
     assert first["incidents"]["passed"] == 1
-    assert client.post("/eval/baselines", json={"run_id": first["run_id"], "name": "mini"}).status_code == 201
+    # baselines whose policies forgive any drop in the metrics: only the incident rule can fail their gates
+    lax = {"tolerance": 1.0, "category_tolerance": None}
+    for name, forgive in (("mini", False), ("mini-forgiving", True)):
+        policy = {**lax, "fail_on_regressed_incidents": not forgive}
+        promoted = client.post("/eval/baselines", json={"run_id": first["run_id"], "name": name, "policy": policy})
+        assert promoted.status_code == 201, promoted.text
     # the source is rewritten: the evidence is gone, so the incident's case fails now
     changed = {**DOCS[2], "text": "VPN error LC-419: sign in again."}
     assert client.post("/documents", json={"documents": [changed]}).status_code == 200
-    lax = {"set": "mini", "k": [1], "baseline": "mini", "tolerance": 1.0}
-    gated = client.post("/eval/run", json=lax).json()
+    gated = client.post("/eval/run", json={"set": "mini", "k": [1], "baseline": "mini"}).json()
     assert gated["incidents"]["regressed"] == [f"incident-{new}"]
     assert gated["gate"]["verdict"] == "fail"
     assert any("regressed" in reason for reason in gated["gate"]["reasons"])
     assert client.get(f"/eval/runs/{gated['run_id']}").json()["incidents"]["regressed"] == [f"incident-{new}"]
     assert client.get(f"/eval/incidents/{new}").json()["last_outcome"] == "regressed"
-    allowed = client.post("/eval/run", json={**lax, "fail_on_regressed_incidents": False}).json()
+    # the caller cannot forgive it: only the baseline's policy can (its promoter's choice)
+    forgive = {"set": "mini", "k": [1], "baseline": "mini", "fail_on_regressed_incidents": False}
+    refused = client.post("/eval/run", json=forgive)
+    assert refused.status_code == 403
+    assert "fail_on_regressed_incidents false" in refused.json()["detail"]
+    allowed = client.post("/eval/run", json={"set": "mini", "k": [1], "baseline": "mini-forgiving"}).json()
     assert allowed["gate"]["verdict"] == "pass"
     assert allowed["incidents"]["regressed"] == [f"incident-{new}"]
+    assert allowed["gate"]["policy"]["fail_on_regressed_incidents"] is False
 
 
 def test_an_experiment_reports_incident_outcomes_without_recording_them(client: TestClient) -> None:

@@ -265,15 +265,16 @@ def test_a_tenants_incident_decides_that_tenants_gate_only(client: TestClient, l
     assert own.json()["incidents"]["passed"] == 1
     everyone = client.post("/eval/run", headers=admin, json=run)
     assert case not in _ids(everyone)
-    baseline = {"run_id": everyone.json()["run_id"], "name": "shared"}
+    lax = {"tolerance": 1.0, "category_tolerance": None}  # only the incident rule can fail this baseline's gate
+    baseline = {"run_id": everyone.json()["run_id"], "name": "shared", "policy": lax}
     assert client.post("/eval/baselines", headers=admin, json=baseline).status_code == 201
     # the tenant deletes its document: its own gate fails on the regressed incident, nobody else's does
     assert client.delete("/documents/larkspur/vpn", headers=larkspur).status_code == 200
-    gated = {**run, "baseline": "shared", "tolerance": 1.0}
+    gated = {**run, "baseline": "shared"}
     mine = client.post("/eval/run", headers=larkspur, json=gated).json()
     assert mine["incidents"]["regressed"] == [case]
     assert mine["gate"]["verdict"] == "fail"
-    for body in (gated, {**run, "monitoring": True, "tolerance": 1.0}):  # manual, and monitoring (the alerts)
+    for body in (gated, {**run, "monitoring": True}):  # manual, and monitoring (the alerts)
         all_tenants = client.post("/eval/run", headers=admin, json=body)
         assert all_tenants.status_code == 200, all_tenants.text
         assert case not in _ids(all_tenants)

@@ -91,7 +91,13 @@ def test_eval_exit_codes_in_process(
     assert report["metrics"]["hit@3"] == 1.0
     degraded = ["--override", 'filters={"doc_ids": ["billing/refunds"]}']
     assert main([*args, "--baseline", str(base), *degraded]) == EXIT_REGRESSION
-    assert "gate: FAIL" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "gate: FAIL" in out
+    # a plain run file carries no policy: judged by the default one, and the table says so
+    assert "judged by the service's default policy: hit@3, recall@3, mrr@3, ndcg@3, stale@3; tolerance 0.02" in out
+    # the gate options may only make the policy stricter: a lenient tolerance is refused before the run
+    assert main([*args, "--baseline", str(base), *degraded, "--tolerance", "1"]) == EXIT_BAD_INPUT
+    assert "tolerance 1 is larger than the policy's for hit@3 (0.02)" in capsys.readouterr().err
     # the runs are stored with their verdicts (the CLI used to store a run before gating it)
     state = open_state(f"sqlite:///{data_dir / 'state.db'}")
     stored = RunStore(state).summaries()
