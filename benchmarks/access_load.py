@@ -25,8 +25,10 @@ run of the demo handbook set going (`"async": true`; resubmitted as soon as it e
 key of tenant fjord runs its own (waited-on) runs of the set, one after another (0.5 s after a 429), and searches,
 and an unbound `eval:admin` key starts a background monitoring run every `--monitor-every` seconds (4; the next one
 once the last has ended). It prints a table (requests, 200/202, 429, other answers, p50/p99 of the 200/202s: for a
-background run the time to the 202, for a waited-on run the whole run), the distinct 429 reasons per row, and the
-server's peak memory (VmHWM) before and after. Target (trust, round two): every monitoring run gets a slot.
+background run the time to the 202, for a waited-on run the whole run, its wait for a slot included; and for a
+background run the time from the request to its start, its wait in the queue included, seen by polling every 0.1 s),
+the distinct 429 reasons per row, and the server's peak memory (VmHWM) before and after. Target (trust, round two):
+every monitoring run gets a slot; (round three) fjord's runs get their turn while larkspur keeps asking.
 """
 
 from __future__ import annotations
@@ -193,18 +195,25 @@ HOG_ROWS = ("hog tenant eval", "other tenant eval", "other tenant search", "moni
 
 
 class Tally:
-    """Per row: (status, ms) of each answer (status 0: a transport error) and the distinct 429 reasons."""
+    """Per row: (status, ms) of each answer (status 0: a transport error), the distinct 429 reasons, and for a
+    background run the ms from its request to its start."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.answers: dict[str, list[tuple[int, float]]] = defaultdict(list)
         self.refusals: dict[str, set[str]] = defaultdict(set)
+        self.starts: dict[str, list[float]] = defaultdict(list)
 
     def add(self, row: str, status: int, ms: float, detail: str = "") -> None:
         with self.lock:
             self.answers[row].append((status, ms))
             if status == 429:
                 self.refusals[row].add(detail)
+
+    def started(self, row: str, ms: float | None) -> None:
+        if ms is not None:
+            with self.lock:
+                self.starts[row].append(ms)
 
 
 def _post(http: httpx.Client, url: str, key: str, body: dict[str, object]) -> tuple[int, float, dict[str, object]]:
@@ -221,26 +230,33 @@ def _post(http: httpx.Client, url: str, key: str, body: dict[str, object]) -> tu
     return r.status_code, ms, payload if isinstance(payload, dict) else {}
 
 
-def _wait_run(http: httpx.Client, url: str, key: str, run_id: str, deadline: float) -> None:
-    """Until the background run has ended (its report, or a job no longer running) or the deadline."""
+def _wait_run(http: httpx.Client, url: str, key: str, run_id: str, deadline: float, asked: float) -> float | None:
+    """Until the background run has ended (its report, or a job neither queued nor running) or the deadline; the ms
+    from `asked` (perf_counter) to the first poll that saw it no longer queued (None: it never was seen started)."""
+    started = None
     while time.monotonic() < deadline:
         try:
             r = http.get(f"{url}/eval/runs/{run_id}", headers={"X-API-Key": key}, params={"include_cases": "false"})
-            if r.status_code != 200 or r.json().get("status", "ended") != "running":
-                return
+            status = r.json().get("status", "ended") if r.status_code == 200 else "ended"
         except httpx.TransportError:
-            return
+            return started
+        if status != "queued" and started is None:
+            started = (time.perf_counter() - asked) * 1000
+        if status not in ("queued", "running"):
+            return started
         time.sleep(0.1)
+    return started
 
 
 def _hogger(url: str, key: str, deadline: float, tally: Tally) -> None:
     body = {"set": HOG_SET, "async": True, "include_cases": False}
     with no_delay_client(timeout=120) as http:
         while time.monotonic() < deadline:
+            asked = time.perf_counter()
             status, ms, payload = _post(http, f"{url}/eval/run", key, body)
             tally.add("hog tenant eval", status, ms, str(payload.get("detail", "")))
             if status == 202:
-                _wait_run(http, url, key, str(payload["run_id"]), deadline)
+                tally.started("hog tenant eval", _wait_run(http, url, key, str(payload["run_id"]), deadline, asked))
             else:
                 time.sleep(0.1)
 
@@ -269,10 +285,11 @@ def _monitor(url: str, key: str, deadline: float, every: float, tally: Tally) ->
     with no_delay_client(timeout=120) as http:
         while time.monotonic() < deadline:
             tick = time.monotonic() + every
+            asked = time.perf_counter()
             status, ms, payload = _post(http, f"{url}/eval/run", key, body)
             tally.add("monitoring", status, ms, str(payload.get("detail", "")))
             if status == 202:
-                _wait_run(http, url, key, str(payload["run_id"]), deadline)
+                tally.started("monitoring", _wait_run(http, url, key, str(payload["run_id"]), deadline, asked))
             time.sleep(max(0.0, min(tick, deadline) - time.monotonic()))
 
 
@@ -297,19 +314,26 @@ def hog(seconds: float, hogs: int, every: float) -> None:
     finally:
         stop()
     print(f"hog: {hogs} larkspur loops of background runs for {seconds:g} s; fjord runs and searches; monitoring")
-    print("| row | requests | 202/200 | 429 | other | p50 ms | p99 ms |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| row | requests | 202/200 | 429 | other | p50 ms | p99 ms | started | to start p50 ms | p99 ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in HOG_ROWS:
         answers = tally.answers[row]
         good = np.array([ms for status, ms in answers if status in (200, 202)])
         refused = sum(status == 429 for status, _ in answers)
         others = len(answers) - len(good) - refused
-        p50, p99 = (f"{np.percentile(good, q):.1f}" for q in (50, 99)) if len(good) else ("-", "-")
-        print(f"| {row} | {len(answers)} | {len(good)} | {refused} | {others} | {p50} | {p99} |")
+        starts = np.array(tally.starts[row])
+        cells = [f"{len(answers)}", f"{len(good)}", f"{refused}", f"{others}", *_percentiles(good)]
+        cells += [f"{len(starts)}", *_percentiles(starts)] if row in ("hog tenant eval", "monitoring") else ["-"] * 3
+        print(f"| {row} | {' | '.join(cells)} |")
     for row in HOG_ROWS:
         for detail in sorted(tally.refusals[row]):
             print(f"429 to {row}: {detail}")
     print(f"server peak memory (VmHWM): {before / 1024:.1f} MB before, {after / 1024:.1f} MB after")
+
+
+def _percentiles(ms: np.ndarray) -> list[str]:
+    """p50 and p99 of `ms`, or dashes for none."""
+    return [f"{np.percentile(ms, q):.1f}" for q in (50, 99)] if len(ms) else ["-", "-"]
 
 
 def _children() -> list[int]:

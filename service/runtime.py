@@ -295,6 +295,8 @@ class Runtime:
             leases=self._state.leases,
             incidents=self._incidents,
             max_concurrent=s.max_concurrent_evals,
+            queue_per_group=s.eval_queue_per_group,
+            queue_wait=s.eval_queue_wait_seconds,
             timeout=s.eval_timeout_seconds,
             reserve_space=self.reserve_space,
         )

@@ -227,7 +227,19 @@ class Settings(BaseSettings):
         2,
         ge=1,
         description="eval runs at once per process (one kept for monitoring runs, one tenant at most all but one); "
-        "more get 429 with Retry-After",
+        "more wait in a queue per caller group, served in turn (eval_queue_per_group)",
+    )
+    eval_queue_per_group: int = Field(
+        4,
+        ge=0,
+        description="eval runs one caller group (a tenant's keys; the keys bound to no tenant) may have waiting for a "
+        "slot per process, background and waited on together; past it 429 with Retry-After; 0: no queue",
+    )
+    eval_queue_wait_seconds: float = Field(
+        30,
+        ge=0,
+        description="how long an eval run waited on (not async) waits for its turn in the queue, then 429 with "
+        "Retry-After; a background run waits until its turn",
     )
     eval_timeout_seconds: float = Field(
         600, gt=0, description="an eval run asked for over HTTP stops past this (504; a background run's job fails)"
@@ -256,7 +268,9 @@ class Settings(BaseSettings):
         False, description="also evaluate incidents not yet reviewed (accepted ones always count, rejected never)"
     )
     fail_on_regressed_incidents: bool = Field(
-        True, description="a gated run fails when an accepted incident that passed before fails now"
+        True,
+        description="the gate policy of a baseline promoted without one (and of one stored before policies) fails "
+        "a run when an accepted incident that passed before fails now",
     )
 
     # monitoring

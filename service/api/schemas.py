@@ -12,14 +12,10 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, Field
 
+from eval.present import MAX_GATED_METRICS, MAX_KS, GatePolicyBody
 from service.domain import DocFormat, DocStatus, Hit, StageScore
 from service.inputs import DocumentIn, SearchOptions, Strict, Text
 from service.settings import MAX_BATCH_DOCUMENTS
-
-# An eval run's k values at most, and so the metrics it may gate: one per name a run reports (hit, recall,
-# precision, mrr, ndcg and stale at each k, and mrr; `eval.metrics.metric_names`).
-MAX_KS = 10
-MAX_GATED_METRICS = 6 * MAX_KS + 1
 
 
 class IngestRequest(Strict):
@@ -199,16 +195,24 @@ class EvalRunRequest(Strict):
     k: list[int] = Field(default_factory=lambda: [1, 5, 10], min_length=1, max_length=MAX_KS)
     unit: Literal["chunk", "doc"] = "chunk"
     overrides: SearchOptions = Field(default_factory=SearchOptions)
-    baseline: str | None = Field(None, description="baseline name to gate against")
-    tolerance: float | None = Field(None, ge=0, le=1, description="allowed absolute drop per metric")
+    baseline: str | None = Field(
+        None,
+        description="baseline name to gate against, by the policy stored with it (GET /eval/baselines/{name}); the "
+        "gate fields below may only make it stricter: anything looser is a 403 naming it",
+    )
+    tolerance: float | None = Field(
+        None, ge=0, le=1, description="allowed absolute drop per metric: at most the policy's for every gated metric"
+    )
     metrics: list[str] = Field(
         default_factory=list,
         max_length=MAX_GATED_METRICS,
-        description="metrics to gate; default hit/recall/mrr/ndcg/stale@max k",
+        description="metrics to gate besides the baseline policy's",
     )
-    require_significance: bool = False
+    require_significance: bool | None = Field(
+        None, description="false: a drop fails even if not significant, where the policy requires significance"
+    )
     fail_on_regressed_incidents: bool | None = Field(
-        None, description="fail the gate when an incident case regressed (default: the service's setting)"
+        None, description="true: a regressed incident case fails the gate, where the policy only warns"
     )
     include_cases: bool = True
     monitoring: bool = Field(
@@ -232,12 +236,23 @@ class BaselineRequest(Strict):
     shadow: bool = Field(
         False, description="take the name of a packaged baseline, hiding it (the admin role; the gate then says so)"
     )
+    policy: GatePolicyBody | None = Field(
+        None,
+        description="the gate policy every run gated against this baseline is judged by (a run may only make it "
+        "stricter); left out: the defaults, failing on regressed incidents as the service's setting says",
+    )
 
 
 class BaselineResponse(BaseModel):
     name: str
     run_id: str
     replaced: str | None = Field(None, description="run id of the baseline this one replaced")
+    sha256: str = Field(description="SHA-256 of the baseline's canonical JSON, its run and its policy")
+    source: str = Field(description='"packaged", "stored" or "stored, shadowing packaged"')
+    policy: GatePolicyBody = Field(description="the policy runs gated against it are judged by, its metrics named")
+    policy_origin: Literal["baseline", "default"] = Field(
+        description='"baseline": stored with it; "default": the service\'s, for a baseline stored before policies were'
+    )
 
 
 class SetSummary(BaseModel):
@@ -260,8 +275,14 @@ class EvalJobOut(BaseModel):
     """A run that has not finished (or ended without a report): where it stands."""
 
     run_id: str
-    status: Literal["running", "failed", "cancelled", "lost"] = Field(
-        description="lost: the replica running it stopped answering (its heartbeat is older than ten minutes)"
+    status: Literal["queued", "running", "failed", "cancelled", "lost"] = Field(
+        description="queued: waiting for an evaluation slot, its caller group's turn (it may be cancelled); lost: the "
+        "replica running or queueing it stopped answering (its heartbeat is older than ten minutes)"
+    )
+    position: int | None = Field(
+        None,
+        description="while queued: 1 + the background runs of its caller group (its tenant; the keys bound to none) "
+        "queued before it on its replica; the groups take turns",
     )
     kind: Literal["monitoring", "manual", "experiment"]
     set: str
@@ -282,4 +303,7 @@ class RunSummary(BaseModel):
     cases: int
     metrics: dict[str, float]
     gate: Literal["pass", "fail"] | None = Field(None, description="the gate's verdict, null when not gated")
+    gate_policy: GatePolicyBody | None = Field(
+        None, description="the policy the verdict was judged by (null when not gated, or filed before policies were)"
+    )
     overrides: dict[str, Any] = Field(default_factory=dict, description="an experiment's overrides")

@@ -19,13 +19,13 @@ from typing import Any
 
 from eval.cases import Case
 from eval.errors import EvalError, UnknownName
-from eval.gate import GateConfig, compare
+from eval.gate import Judging, judging
 from eval.incidents import CASE_PREFIX, incident_id
 from eval.matching import Unit
 from eval.report import Report, build_report
 from eval.runner import Run, new_run_id, run_set
-from eval.storage import RunStore, SetStore, run_digest
-from eval.verdict import BaselineRef
+from eval.storage import Baseline, RunStore, SetStore
+from eval.verdict import BaselineRef, GatePolicy, GateRequest
 from service.errors import (
     Busy,
     Cancelled,
@@ -37,6 +37,7 @@ from service.errors import (
     TimedOut,
     public,
 )
+from service.evaluation.admission import Admission, Ticket, withdrawn
 from service.evaluation.incidents import IncidentService
 from service.evaluation.retriever import Evaluation, PipelineRetriever, tenant_cases, unknown_documents
 from service.filters import parse_filters
@@ -44,7 +45,7 @@ from service.infra.faults import crash_point
 from service.options import RunOptions, SearchOverrides
 from service.retrieval.pipeline import SearchParams, SearchPipeline, describe, search_params
 from service.settings import Settings
-from service.state.jobs import Job, JobRecords, LeaseRecords
+from service.state.jobs import LIVE, Job, JobRecords, LeaseRecords
 
 log = logging.getLogger("plumbline")
 
@@ -55,10 +56,17 @@ LEASE_SECONDS = 300.0  # a monitoring run renews its set's lease before every ba
 PROGRESS_LOG_SECONDS = 10.0  # a run logs its progress this often
 
 
+# a queued background run writes its job's heartbeat this often (well under jobs.LOST_AFTER), and learns then of a
+# cancel asked for on another replica
+QUEUE_HEARTBEAT_SECONDS = 30.0
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """What to run besides the cases: the pipeline and its parameters, the set, and how to gate and file it.
-    `baseline` None on a monitoring run means the baseline named like the set, when there is one."""
+    `baseline` None on a monitoring run means the baseline named like the set, when there is one. The gate judges by
+    the baseline's policy (`default_policy` for one that carries none) made stricter as `gate` asks: `judging`, once
+    the baseline is loaded."""
 
     pipeline: SearchPipeline
     base: SearchParams
@@ -66,11 +74,12 @@ class RunSpec:
     ks: Sequence[int]
     unit: Unit
     params_record: Mapping[str, Any]
-    gate_config: GateConfig
+    gate: GateRequest
+    default_policy: GatePolicy
     kind: str = "manual"  # eval.runner.KINDS
     baseline: str | None = None
     tenant: str | None = None  # a tenant-bound caller's: the run sees that tenant's cases and documents only
-    baseline_source: str | None = None  # where the baseline was loaded from (eval.storage.RunStore.located)
+    judging: Judging | None = None  # set with the baseline (`EvalService._prepare`)
 
 
 def run_spec(options: RunOptions, s: Settings, pipeline: SearchPipeline) -> RunSpec:
@@ -88,7 +97,8 @@ def run_spec(options: RunOptions, s: Settings, pipeline: SearchPipeline) -> RunS
         tuple(options.ks),
         options.unit,
         _run_params(base, options.search),
-        options.gate or GateConfig(fail_on_regressed=s.fail_on_regressed_incidents),
+        options.gate,
+        GatePolicy(fail_on_regressed=s.fail_on_regressed_incidents),
         kind="experiment" if options.search.given else ("monitoring" if options.monitoring else "manual"),
         baseline=options.baseline,
         tenant=options.tenant,
@@ -117,13 +127,14 @@ class EvalService:
     """Runs, stores and gates evaluations; runs them in the background with progress and cancel; keeps one
     replica at a time on a set's monitoring run; and gives the gauges the latest monitoring run of each set.
 
-    At most `max_concurrent` runs at once in this process (another one is refused with `Busy` at once rather
-    than queued: a run holds a worker thread and the model for its whole length), shared fairly (`_admit`): with
-    more than one slot, the runs that are not monitoring runs hold at most `max_concurrent - 1` of them together (the
-    last is kept for monitoring runs), and those of one caller group (a tenant; the unbound keys) at most
-    `max_concurrent - 1`. A run asked for over HTTP, waited on or in the background, is stopped between two batches
-    of questions once it has run `timeout` seconds (`TimedOut`; a background run's job ends `failed`); the
-    scheduler's and the CLI's runs (`limited=False`) have no limit. A background run can be cancelled.
+    At most `max_concurrent` runs at once in this process, admitted fairly (`admission.Admission`): with more than
+    one slot the last is kept for monitoring runs, which never queue; another run that finds no slot waits in its
+    caller group's queue (a tenant; the unbound keys; at most `queue_per_group` runs), and the group served least
+    recently has the next slot. A run waited on waits at most `queue_wait` seconds for its turn (then `Busy`); a
+    background run's job reads `queued` until its turn. A run asked for over HTTP, waited on or in the background, is
+    stopped between two batches of questions once it has run `timeout` seconds (`TimedOut`; a background run's job
+    ends `failed`); the scheduler's and the CLI's runs (`limited=False`) have no limit. A background run can be
+    cancelled, queued or running.
     """
 
     def __init__(
@@ -135,6 +146,8 @@ class EvalService:
         leases: LeaseRecords | None = None,
         incidents: IncidentService | None = None,
         max_concurrent: int = 2,
+        queue_per_group: int = 4,
+        queue_wait: float = 30.0,
         timeout: float = 600.0,
         reserve_space: Callable[[int], None] = lambda _: None,
     ) -> None:
@@ -144,11 +157,9 @@ class EvalService:
         self.leases = leases
         self.incidents = incidents
         self.reserve_space = reserve_space  # raises InsufficientStorage before a write the disk cannot take
-        self.max_concurrent = max_concurrent
         self.timeout = timeout
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"  # this process, in leases and jobs
-        self._held: dict[str | None, int] = {}  # slots held by the runs that are not monitoring runs, by tenant
-        self._held_monitoring = 0
+        self._admission = Admission(max_concurrent, queue_per_group, wait=queue_wait)  # this process's slots
         self._monitored: dict[str, Monitored] = {}  # by set, for the gauges; reloaded when a newer run lands
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -178,25 +189,30 @@ class EvalService:
 
     def submit(self, spec: RunSpec, *, started_by: str | None = None) -> str:
         """Start a run in the background and return its id at once; `job(id)` shows its progress, `cancel(id)`
-        stops it. Refused at once (`Busy`) when no slot is free for it or the set's monitoring lease is taken.
-        Like a run waited on, it stops past `timeout` seconds (its job ends `failed`, naming the limit).
-        `started_by`: the id of the API key that asked for it (its job records it: who may cancel it)."""
-        if self.jobs is None:
+        stops it. With no slot free for it, it waits its turn in its caller group's queue (its job reads `queued`).
+        Refused at once (`Busy`) when that queue is full, or, for a monitoring run, when no slot is free or the set's
+        monitoring lease is taken. Like a run waited on, it stops past `timeout` seconds once started (its job ends
+        `failed`, naming the limit). `started_by`: the id of the API key that asked for it (its job records it: who
+        may cancel it)."""
+        if (jobs := self.jobs) is None:
             raise NotReady("background runs need the state store")
         spec, cases, reference = self._prepare(spec)
         run_id = new_run_id()
-        held = ExitStack()  # the slot and the lease, handed to the thread, which releases them when the run ends
+        held = ExitStack()  # the slot (or place in the queue) and the lease, handed to the thread, released at its end
         with held:
-            held.enter_context(self._slot(spec))
+            ticket = self._admission.ask(spec.tenant, monitoring=spec.kind == "monitoring", label=run_id)
+            held.callback(self._admission.leave, ticket)
             held.enter_context(self._monitoring_lease(spec))
-            self.jobs.start(
-                run_id, spec.set_name, spec.kind, len(cases), self.owner, spec.tenant, started_by=started_by
-            )
+            queued = not ticket.granted
+            job = (run_id, spec.set_name, spec.kind, len(cases), self.owner, spec.tenant)
+            jobs.start(*job, started_by=started_by, queued=queued)
             held = held.pop_all()
 
         def work() -> None:
             with held:
                 try:
+                    if queued:
+                        self._await_turn(ticket, run_id, jobs)
                     # under the foreground's limit, so a background run cannot hold a slot for ever; a monitoring run
                     # (eval:admin only, e.g. the CronJob's) may take as long as its set needs, as the scheduler's does
                     limit = None if spec.kind == "monitoring" else self.timeout
@@ -215,18 +231,30 @@ class EvalService:
             self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         return run_id
 
+    def _await_turn(self, ticket: Ticket, run_id: str, jobs: JobRecords) -> None:
+        """Wait for a queued background run's turn, writing its job's heartbeat every QUEUE_HEARTBEAT_SECONDS (so that
+        it does not read as lost), then mark it running. `Cancelled` if it is cancelled meanwhile (here: at once; on
+        another replica: by the next heartbeat, its job already `cancelled`) or the process shuts down."""
+        while not self._admission.wait(ticket, QUEUE_HEARTBEAT_SECONDS):
+            if jobs.progress(run_id, 0):
+                raise Cancelled(withdrawn(run_id))
+        if not jobs.begin(run_id):
+            raise Cancelled(withdrawn(run_id))
+
     def job(self, run_id: str) -> Job | None:
         return self.jobs.get(run_id) if self.jobs is not None else None
 
     def cancel(self, run_id: str) -> None:
         """Ask a background run to stop; it does before its next batch of questions, or before it is stored (on
-        whichever replica runs it). A run that is not running (finished, or lost with its replica) is a 409."""
+        whichever replica runs it). A queued run ends `cancelled` at once, and leaves its queue (on another replica:
+        by its next heartbeat). A run that is neither (finished, or lost with its replica) is a 409."""
         job = self.job(run_id)
         if job is None:
             self.runs.get(run_id)  # UnknownName (404) for an id nothing knows
             raise Conflict(f"run {run_id} is not a background run in progress: there is nothing to cancel")
-        if job.status != "running" or self.jobs is None or not self.jobs.cancel(run_id):
+        if job.status not in LIVE or self.jobs is None or not self.jobs.cancel(run_id, withdrawn(run_id)):
             raise Conflict(f"run {run_id} is not running ({job.status}): there is nothing to cancel")
+        self._admission.cancel(run_id)
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait up to `timeout` seconds in all for this process's background runs to end."""
@@ -237,88 +265,62 @@ class EvalService:
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def shutdown(self, timeout: float = 10.0) -> None:
-        """Stop this process's background runs at their next batch (their jobs read `cancelled`), and wait."""
+        """Stop this process's background runs at their next batch, and end its queued ones (their jobs read
+        `cancelled`, saying why), and wait."""
         self._stopping.set()
+        self._admission.close()
         self.wait(timeout)
 
     def evaluate_cases(
         self,
         spec: RunSpec,
         cases: Sequence[Case],
-        reference: Run | None,
+        reference: Baseline | None,
         *,
         timeout: float | None,
         progress: Callable[[int, int], None] | None = None,
     ) -> Evaluation:
         """Run `cases` (the CLI's path, which may load them from a file), gated against `reference`, and wait.
         `timeout` None: no time limit."""
-        spec.gate_config.check_names(spec.ks)
+        spec = self._judged(spec, reference)
         with self._slot(spec), self._monitoring_lease(spec):
             return self._execute(spec, cases, reference, run_id=new_run_id(), deadline=timeout, progress=progress)
 
-    def _prepare(self, spec: RunSpec) -> tuple[RunSpec, list[Case], Run | None]:
+    def _prepare(self, spec: RunSpec) -> tuple[RunSpec, list[Case], Baseline | None]:
         """The set's cases and the baseline to gate against (a monitoring run's default: the one named like the
-        set, if any), loaded before the run so that a bad name fails fast."""
-        spec.gate_config.check_names(spec.ks)
+        set, if any) with the policy it judges by, loaded before the run so that a bad name or a gate looser than
+        the baseline's policy fails fast."""
         cases = tenant_cases(self.cases(spec.set_name, tenant=spec.tenant), spec.tenant)
         if not cases:
             raise EvalError(f"set {spec.set_name!r} has no case for tenant {spec.tenant!r}")
         spec = replace(spec, params_record={**spec.params_record, "set_source": self.sets.source(spec.set_name)})
+        reference = None
         if spec.baseline is None and spec.kind == "monitoring":
             with suppress(UnknownName):
-                reference, source = self.runs.located(spec.set_name)
-                return replace(spec, baseline=spec.set_name, baseline_source=source), cases, reference
-        if not spec.baseline:
-            return spec, cases, None
-        reference, source = self.runs.located(spec.baseline)
-        return replace(spec, baseline_source=source), cases, reference
+                reference = self.runs.located(spec.set_name)
+                spec = replace(spec, baseline=spec.set_name)
+        elif spec.baseline:
+            reference = self.runs.located(spec.baseline)
+        return self._judged(spec, reference), cases, reference
+
+    @staticmethod
+    def _judged(spec: RunSpec, reference: Baseline | None) -> RunSpec:
+        """`spec` with the policy its gate judges by: `reference`'s, made stricter as the caller asked (refused,
+        `LooserThanPolicy`, if anything asked is looser)."""
+        GatePolicy(metrics=spec.gate.metrics).check_names(spec.ks)
+        if reference is None:
+            return spec
+        return replace(spec, judging=judging(reference.run, reference.policy, spec.default_policy, spec.gate))
 
     @contextmanager
     def _slot(self, spec: RunSpec) -> Iterator[None]:
-        """Hold one of the `max_concurrent` slots for the run, if `_admit` lets it have one (else `Busy`)."""
-        monitoring = spec.kind == "monitoring"
-        with self._lock:
-            self._admit(spec.tenant, monitoring=monitoring)
-            if monitoring:
-                self._held_monitoring += 1
-            else:
-                self._held[spec.tenant] = self._held.get(spec.tenant, 0) + 1
+        """Hold a slot for a run waited on: at once, or in its turn within `queue_wait` seconds (`Admission.take`;
+        else `Busy`, naming the rule)."""
+        ticket = self._admission.take(spec.tenant, monitoring=spec.kind == "monitoring")
         try:
             yield
         finally:
-            with self._lock:
-                if monitoring:
-                    self._held_monitoring -= 1
-                elif (left := self._held[spec.tenant] - 1) > 0:
-                    self._held[spec.tenant] = left
-                else:
-                    del self._held[spec.tenant]
-
-    def _admit(self, tenant: str | None, *, monitoring: bool) -> None:
-        """Raise `Busy`, naming the rule, unless a run (a monitoring one, or one of caller group `tenant`: None for
-        the unbound keys) may take a slot now (under `_lock`). With one slot, first come first served. With more, a
-        monitoring run takes any free slot; any other run may not take the slot that would leave none free for a
-        monitoring run (the runs that are not monitoring runs hold at most `max_concurrent - 1` together, so a
-        monitoring run always finds one while only they run), nor a `max_concurrent`-th one for its caller group
-        (implied by the first, checked first to say which rule refused it). Slots are this process's."""
-        ordinary = sum(self._held.values())
-        limit = self.max_concurrent
-        retry = "retry when a run in progress ends (GET /eval/runs/{id} shows a background run's progress)"
-        if ordinary + self._held_monitoring >= limit:
-            raise Busy(f"all {limit} evaluation slot(s) are in use by runs in progress, the limit; {retry}")
-        if monitoring or limit == 1:
-            return
-        group = f"tenant {tenant!r}" if tenant is not None else "the keys bound to no tenant"
-        if self._held.get(tenant, 0) >= limit - 1:
-            raise Busy(
-                f"{group} already hold(s) {limit - 1} of the {limit} evaluation slots, the most one caller group "
-                f"may (PLUMBLINE_MAX_CONCURRENT_EVALS - 1); {retry}"
-            )
-        if ordinary >= limit - 1:
-            raise Busy(
-                f"{ordinary} evaluation run(s) are in progress and the last of the {limit} slots is kept for "
-                f"monitoring runs; {retry}"
-            )
+            self._admission.leave(ticket)
 
     @contextmanager
     def _monitoring_lease(self, spec: RunSpec) -> Iterator[None]:
@@ -358,7 +360,7 @@ class EvalService:
         self,
         spec: RunSpec,
         cases: Sequence[Case],
-        reference: Run | None,
+        reference: Baseline | None,
         *,
         run_id: str,
         deadline: float | None,
@@ -384,7 +386,7 @@ class EvalService:
         run = replace(run, kind=spec.kind, tenant=spec.tenant)
         outcomes = self._incident_outcomes(run)
         run = replace(run, incident_outcomes={f"{CASE_PREFIX}{i}": outcome for i, outcome in outcomes.items()})
-        gate = compare(run, reference, spec.gate_config) if reference else None
+        gate = spec.judging.compare(run, reference.run) if reference and spec.judging else None
         if gate is not None and reference is not None:
             run = replace(run, gate=replace(gate, baseline=self._baseline_identity(spec, reference)))
         self.reserve_space(4096 * len(run.cases))
@@ -412,10 +414,10 @@ class EvalService:
             warnings.append(f"set {spec.set_name!r} is a stored set shadowing the packaged one of that name")
         return Evaluation(run, build_report(run), gate, tuple(warnings))
 
-    def _baseline_identity(self, spec: RunSpec, reference: Run) -> BaselineRef:
-        """What a verdict was compared with: the baseline's name, run id, content hash, and where it came from."""
-        source = spec.baseline_source or "file"  # as loaded: a promotion during the run does not relabel it
-        return BaselineRef(spec.baseline, reference.run_id, run_digest(reference), source)
+    def _baseline_identity(self, spec: RunSpec, reference: Baseline) -> BaselineRef:
+        """What a verdict was compared with: the baseline's name, run id, content hash (of its run and policy), and
+        where it came from, as loaded (a promotion during the run does not relabel it)."""
+        return BaselineRef(spec.baseline, reference.run.run_id, reference.sha256, reference.source)
 
     def _progress(
         self,

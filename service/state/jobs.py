@@ -1,11 +1,12 @@
 """Eval jobs (a run in progress: its progress, a cancel request, its outcome) and leases (work one replica at a
 time), kept in the state store so that every replica sees them.
 
-A job's heartbeat moves with its progress; a running job whose heartbeat is older than `LOST_AFTER` seconds
-belonged to a process that died, and reads as `lost`. A lease is a row with an owner and an expiry: taking
-it is one upsert that succeeds only when the row is free, expired, or already the caller's, so two replicas
-never both hold it. Expiries compare the replicas' clocks, which must agree to well under a lease's length
-(NTP does).
+A job is `queued` while its run waits for an evaluation slot (in the memory of the process that owns it), then
+`running`. Its heartbeat moves with its progress, and while queued with the owner's periodic writes; a running or
+queued job whose heartbeat is older than `LOST_AFTER` seconds belonged to a process that died, and reads as `lost`.
+A lease is a row with an owner and an expiry: taking it is one upsert that succeeds only when the row is free,
+expired, or already the caller's, so two replicas never both hold it. Expiries compare the replicas' clocks, which
+must agree to well under a lease's length (NTP does).
 """
 
 from __future__ import annotations
@@ -13,15 +14,17 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, delete, insert, or_, select, update
+from sqlalchemy import Engine, delete, func, insert, or_, select, update
 
 from service.state import schema as t
 from service.state.schema import iso, now_iso
 from service.state.tx import upsert, writing
 
-# seconds without a heartbeat before a running job counts as lost: well past the slowest batch of 64 questions
-# (a reranked batch on 2 busy cores takes about a minute)
+# seconds without a heartbeat before a running (or queued) job counts as lost: well past the slowest batch of 64
+# questions (a reranked batch on 2 busy cores takes about a minute)
 LOST_AFTER = 600.0
+
+LIVE = ("queued", "running")  # the statuses of a job that has not ended
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,7 @@ class Job:
     run_id: str
     set_name: str
     kind: str
-    status: str  # running, done, failed, cancelled, lost
+    status: str  # queued, running, done, failed, cancelled, lost
     done: int
     total: int
     cancel_requested: bool
@@ -39,6 +42,7 @@ class Job:
     finished_at: str | None
     tenant: str | None = None  # the tenant its run is confined to
     started_by: str | None = None  # the id of the API key that started it; None: auth off, the CLI, older jobs
+    position: int | None = None  # queued: 1 + the runs of its caller group queued before it on its replica
 
 
 def _after(seconds: float) -> str:
@@ -59,8 +63,10 @@ class JobRecords:
         tenant: str | None = None,
         *,
         started_by: str | None = None,
+        queued: bool = False,
     ) -> None:
-        """Record a job as running in process `owner`; `started_by`: the id of the API key that asked for it."""
+        """Record a job as running in process `owner`, or as `queued` there for a slot; `started_by`: the id of the
+        API key that asked for it."""
         now = now_iso()
         with writing(self.engine) as conn:
             conn.execute(
@@ -68,7 +74,7 @@ class JobRecords:
                     run_id=run_id,
                     set_name=set_name,
                     kind=kind,
-                    status="running",
+                    status="queued" if queued else "running",
                     done=0,
                     total=total,
                     cancel=0,
@@ -80,6 +86,16 @@ class JobRecords:
                 )
             )
 
+    def begin(self, run_id: str) -> bool:
+        """A queued job's run got its slot: it is running now; False if it is not queued any more (cancelled)."""
+        with writing(self.engine) as conn:
+            changed = conn.execute(
+                update(t.jobs)
+                .where(t.jobs.c.run_id == run_id, t.jobs.c.status == "queued")
+                .values(status="running", heartbeat_at=now_iso())
+            ).rowcount
+        return bool(changed)
+
     def progress(self, run_id: str, done: int) -> bool:
         """Record `done` cases and a heartbeat; True if a cancel has been asked for."""
         with writing(self.engine) as conn:
@@ -87,30 +103,46 @@ class JobRecords:
             return bool(conn.scalar(select(t.jobs.c.cancel).where(t.jobs.c.run_id == run_id)))
 
     def finish(self, run_id: str, status: str, error: str | None = None) -> None:
-        """Record how a running job ended; a job that already ended keeps its end (a run stored is done)."""
+        """Record how a running or queued job ended; a job that already ended keeps its end (a run stored is done)."""
         now = now_iso()
         values: dict[str, object] = {"status": status, "error": error, "finished_at": now, "heartbeat_at": now}
         if status == "done":
             values["done"] = t.jobs.c.total
         with writing(self.engine) as conn:
-            conn.execute(update(t.jobs).where(t.jobs.c.run_id == run_id, t.jobs.c.status == "running").values(**values))
+            conn.execute(update(t.jobs).where(t.jobs.c.run_id == run_id, t.jobs.c.status.in_(LIVE)).values(**values))
 
-    def cancel(self, run_id: str) -> bool:
-        """Ask a running job to stop; False if it is not running (finished, or unknown)."""
+    def cancel(self, run_id: str, queued_error: str) -> bool:
+        """Ask a running job to stop (its runner does at its next batch); end a queued one at once, `cancelled`
+        with `queued_error` (its owner drops it from its queue). False if it is neither (finished, or unknown)."""
+        now = now_iso()
+        ended = {"status": "cancelled", "error": queued_error, "finished_at": now, "heartbeat_at": now}
+        job = t.jobs.c.run_id == run_id
         with writing(self.engine) as conn:
-            changed = conn.execute(
-                update(t.jobs).where(t.jobs.c.run_id == run_id, t.jobs.c.status == "running").values(cancel=1)
+            changed = conn.execute(update(t.jobs).where(job, t.jobs.c.status == "running").values(cancel=1)).rowcount
+            changed += conn.execute(
+                update(t.jobs).where(job, t.jobs.c.status == "queued").values(cancel=1, **ended)
             ).rowcount
         return bool(changed)
 
     def get(self, run_id: str) -> Job | None:
         with self.engine.connect() as conn:
             row = conn.execute(select(t.jobs).where(t.jobs.c.run_id == run_id)).first()
-        if row is None:
-            return None
-        status = row.status
-        if status == "running" and row.heartbeat_at < _after(-LOST_AFTER):
-            status = "lost"
+            if row is None:
+                return None
+            status = row.status
+            if status in LIVE and row.heartbeat_at < _after(-LOST_AFTER):
+                status = "lost"
+            position = None
+            if status == "queued":  # its owner serves its group first in, first out: the run ids sort by time
+                before = conn.scalar(
+                    select(func.count()).where(
+                        t.jobs.c.status == "queued",
+                        t.jobs.c.owner == row.owner,
+                        t.jobs.c.tenant.is_not_distinct_from(row.tenant),
+                        t.jobs.c.run_id < row.run_id,
+                    )
+                )
+                position = 1 + (before or 0)
         return Job(
             row.run_id,
             row.set_name,
@@ -125,6 +157,7 @@ class JobRecords:
             row.finished_at,
             row.tenant,
             row.started_by,
+            position,
         )
 
 

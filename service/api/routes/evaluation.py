@@ -8,11 +8,13 @@ from fastapi import APIRouter, Query, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
 from eval.errors import UnknownName
+from eval.gate import Judging
 from eval.present import EvalReportOut, report_json
 from eval.report import build_report
+from eval.storage import Baseline
 from eval.trec import trec_run_lines
 from service.api.auth import AUTH_RESPONSES, EvalAdmin, EvalRunner, audit
-from service.api.convert import run_options
+from service.api.convert import gate_policy, policy_body, run_options
 from service.api.deps import EvaluationsDep, IndexDep, PipelineDep, RuntimeDep, SettingsDep
 from service.api.schemas import (
     BaselineRequest,
@@ -38,7 +40,6 @@ def run_eval(
     body: EvalRunRequest,
     evaluations: EvaluationsDep,
     pipeline: PipelineDep,
-    settings: SettingsDep,
     response: Response,
     runtime: RuntimeDep,
     caller: EvalRunner,
@@ -48,7 +49,7 @@ def run_eval(
     the set's cases for its tenant over its tenant's documents, and cannot be a monitoring run; a monitoring run
     needs `eval:admin`."""
     evaluations.authorize(caller, monitoring=body.monitoring)
-    options = run_options(body, settings)
+    options = run_options(body)
     if body.run_async:
         spec, run_id = evaluations.submit(caller, options, pipeline)
         audit(runtime, caller, "eval.run", run_id, {"set": body.set, "kind": spec.kind, "async": True})
@@ -82,6 +83,7 @@ def list_runs(
             cases=r.cases,
             metrics=dict(r.metrics),
             gate=r.gate,
+            gate_policy=r.gate_policy,
             overrides=dict(r.params.get("overrides", {})),
         )
         for r in evaluations.runs(caller, limit, offset, set, kind)
@@ -103,9 +105,9 @@ def get_run(
 
 @router.post("/runs/{run_id}/cancel", response_model=EvalJobOut, status_code=status.HTTP_202_ACCEPTED)
 def cancel_run(run_id: str, evaluations: EvaluationsDep, runtime: RuntimeDep, caller: EvalRunner) -> EvalJobOut:
-    """Stop a background run before its next batch of questions (on whichever replica runs it); 409 if it is not
-    running. The key that started a run may stop it, and an `eval:admin` key any run; a monitoring run only an
-    `eval:admin` key."""
+    """Stop a background run before its next batch of questions (on whichever replica runs it), or a queued one at
+    once; 409 if it is neither. The key that started a run may stop it, and an `eval:admin` key any run; a
+    monitoring run only an `eval:admin` key."""
     job = evaluations.cancel(caller, run_id)
     audit(runtime, caller, "eval.cancel", run_id, {"set": job.set_name})
     return _job_out(evaluations.job(caller, run_id))
@@ -115,6 +117,7 @@ def _job_out(job: Job) -> EvalJobOut:
     return EvalJobOut(
         run_id=job.run_id,
         status=job.status if job.status != "done" else "running",  # a report is what a finished run shows
+        position=job.position,
         kind=job.kind,
         set=job.set_name,
         progress=ProgressOut(done=job.done, total=job.total),
@@ -135,14 +138,37 @@ def get_run_trec(run_id: str, evaluations: EvaluationsDep, caller: EvalRunner) -
 
 @router.post("/baselines", response_model=BaselineResponse, status_code=status.HTTP_201_CREATED)
 def promote(
-    body: BaselineRequest, evaluations: EvaluationsDep, runtime: RuntimeDep, caller: EvalAdmin
+    body: BaselineRequest, evaluations: EvaluationsDep, settings: SettingsDep, runtime: RuntimeDep, caller: EvalAdmin
 ) -> BaselineResponse:
-    """Promote a run to a named baseline; an existing one needs `replace: true` and is kept in history. A packaged
-    baseline's name is read-only; `shadow: true` (the admin role) hides it deliberately."""
-    replaced = evaluations.promote(caller, body.run_id, body.name, replace=body.replace, shadow=body.shadow)
-    detail = {"run_id": body.run_id, "replaced": replaced, "shadow": body.shadow}
-    audit(runtime, caller, "baseline.promote", body.name, detail)
-    return BaselineResponse(name=body.name, run_id=body.run_id, replaced=replaced)
+    """Promote a run to a named baseline with the gate policy runs gated against it are judged by (a run may only
+    make it stricter); an existing one needs `replace: true` and is kept in history. A packaged baseline's name is
+    read-only; `shadow: true` (the admin role) hides it deliberately."""
+    policy = gate_policy(body.policy, settings)
+    stored, replaced = evaluations.promote(
+        caller, body.run_id, body.name, policy, replace=body.replace, shadow=body.shadow
+    )
+    detail = {"run_id": body.run_id, "replaced": replaced, "shadow": body.shadow, "sha256": stored.sha256}
+    audit(runtime, caller, "baseline.promote", body.name, {**detail, "policy": policy.to_json()})
+    return _baseline_out(body.name, *evaluations.baseline(body.name), replaced=replaced)
+
+
+@router.get("/baselines/{name}", response_model=BaselineResponse)
+def get_baseline(name: str, evaluations: EvaluationsDep, _: EvalRunner) -> BaselineResponse:
+    """A baseline's identity and the gate policy runs gated against it are judged by (a run may only make it
+    stricter); not its cases."""
+    return _baseline_out(name, *evaluations.baseline(name))
+
+
+def _baseline_out(name: str, baseline: Baseline, judged: Judging, *, replaced: str | None = None) -> BaselineResponse:
+    return BaselineResponse(
+        name=name,
+        run_id=baseline.run.run_id,
+        replaced=replaced,
+        sha256=baseline.sha256,
+        source=baseline.source,
+        policy=policy_body(judged.policy),
+        policy_origin="baseline" if judged.origin == "baseline" else "default",
+    )
 
 
 @router.get("/sets", response_model=list[SetSummary])

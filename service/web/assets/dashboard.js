@@ -12,12 +12,32 @@ const runLink = (id, text = id) => h("a", { href: `#/dashboard/run/${encodeURICo
 const caseLink = (runId, caseId, text = caseId) =>
   h("a", { href: `#/dashboard/run/${encodeURIComponent(runId)}/case/${encodeURIComponent(caseId)}` }, text);
 
+// One line on the policy a verdict was judged by (the baseline's, or the service's default for a baseline stored
+// before policies were), as eval.present.describe_policy writes it for the CLI.
+function policyText(policy, origin, tightened = []) {
+  if (!policy) return "policy not recorded (a verdict filed before policies were)";
+  const from = origin === "default" ? "the service's default policy" : origin === "baseline" ? "the baseline's policy" : "policy";
+  const parts = [
+    `${from}: ${policy.metrics.join(", ")}`,
+    `tolerance ${policy.tolerance}`,
+    policy.category_tolerance === null ? "no per-category checks" : `per category ${policy.category_tolerance} (≥ ${policy.min_category_cases} cases)`,
+    policy.require_significance ? `drops must be significant (alpha ${policy.alpha})` : "significance not required",
+    policy.fail_on_regressed_incidents ? "regressed incidents fail" : "regressed incidents only warn",
+  ];
+  if (tightened.length) parts.push(`made stricter by the request: ${tightened.join(", ")}`);
+  return parts.join("; ");
+}
+
+// Where a queued run stands: its place among its caller group's queued runs (the groups take turns).
+const queueText = (job) => `number ${job.position} in its group's queue; the groups take turns`;
+
 function gateView(gate) {
   if (!gate) return h("p", { class: "gate" }, "Not gated (no baseline).");
   return h(
     "div",
     { class: "gate" },
     h("p", {}, "Gate: ", badge(gate.verdict), gate.baseline?.name ? ` against baseline ${gate.baseline.name}` : ""),
+    h("p", { class: "policy" }, "Judged by ", policyText(gate.policy, gate.policy_origin, gate.tightened)),
     gate.reasons.length ? h("ul", {}, gate.reasons.map((r) => h("li", {}, r))) : null,
   );
 }
@@ -192,8 +212,9 @@ function runForm(ctx, sets, onDone) {
       for (;;) {
         const now = await get(`/eval/runs/${job.run_id}`, { include_cases: false });
         if (now.status === "done") break;
-        if (now.status !== "running") throw new Error(`the run ${now.status}: ${now.error || "no report"}`);
-        replace(status, `Running ${job.run_id}: ${now.progress.done} of ${now.progress.total} cases…`);
+        if (now.status === "queued") replace(status, `Queued ${job.run_id}: waiting for an evaluation slot (${queueText(now)})…`);
+        else if (now.status !== "running") throw new Error(`the run ${now.status}: ${now.error || "no report"}`);
+        else replace(status, `Running ${job.run_id}: ${now.progress.done} of ${now.progress.total} cases…`);
         await new Promise((r) => setTimeout(r, 500));
       }
       replace(status, "Done: ", runLink(job.run_id));
@@ -217,7 +238,7 @@ function experimentList(runs) {
     Object.keys(r.overrides).length ? JSON.stringify(r.overrides) : "–",
     fmt(r.metrics["hit@5"]),
     fmt(r.metrics.mrr),
-    r.gate ? badge(r.gate) : "–",
+    r.gate ? h("span", { title: `Judged by ${policyText(r.gate_policy)}` }, badge(r.gate)) : "–",
   ]);
   const message = h("span", { class: "error", role: "alert" });
   const f = h(
@@ -284,6 +305,10 @@ function casesTable(run, metric) {
 
 async function runView(root, runId) {
   const run = await get(`/eval/runs/${encodeURIComponent(runId)}`);
+  if (run.status === "queued") {
+    root.append(h("p", {}, `Run ${runId} is queued, waiting for an evaluation slot (${queueText(run)}).`));
+    return;
+  }
   if (run.status !== "done") {
     root.append(h("p", {}, `Run ${runId} is ${run.status}: ${run.progress.done} of ${run.progress.total} cases.`));
     return;

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -90,45 +91,108 @@ def test_a_run_can_be_cancelled_and_stops_at_its_next_batch(client: TestClient, 
 def test_async_runs_count_against_the_run_limit_and_a_bad_request_fails_before_it_starts(
     client: TestClient, embedder: GatedFakeEmbedder
 ) -> None:
+    """With two slots, a background run and a monitoring run go at once; the next background runs of the same caller
+    group queue (`queued`, their place in the group's queue), up to PLUMBLINE_EVAL_QUEUE_PER_GROUP (4); one more is
+    refused, naming the limit. Each queued run starts in its turn."""
     assert client.post("/eval/run", json={"set": "nope", "async": True}).status_code == 404
     embedder.hold()
     assert client.post("/eval/run", json={"set": "big", "async": True}).status_code == 202
     assert client.post("/eval/run", json={"set": "big", "monitoring": True, "async": True}).status_code == 202
+    queued = [client.post("/eval/run", json={"set": "big", "async": True}) for _ in range(4)]
+    assert [(r.status_code, r.json()["status"], r.json()["position"]) for r in queued] == [
+        (202, "queued", n) for n in (1, 2, 3, 4)
+    ]
     refused = client.post("/eval/run", json={"set": "big", "async": True})
-    assert refused.status_code == 429
-    assert "all 2 evaluation slot(s) are in use" in refused.json()["detail"]
+    assert (refused.status_code, refused.headers["retry-after"]) == (429, "10")
+    detail = refused.json()["detail"]
+    assert (
+        "the keys bound to no tenant may queue at most 4 run(s) for a slot (PLUMBLINE_EVAL_QUEUE_PER_GROUP)" in detail
+    )
+    assert "no evaluation slot is free for it (all 2 evaluation slot(s) are in use by runs in progress)" in detail
     embedder.release()
     evals(client).wait(30)
-    assert len(client.get("/eval/runs").json()) == 2
+    assert len(client.get("/eval/runs").json()) == 6
 
 
-def test_one_tenant_cannot_take_every_eval_slot_and_a_monitoring_run_still_starts(
+def test_a_tenant_hogging_background_runs_queues_and_another_tenant_gets_the_next_turn(
     tmp_path: Path, embedder: GatedFakeEmbedder
 ) -> None:
-    """With two slots, a tenant-bound key's second background run at once is refused, naming the rule; an
-    `eval:admin` key's monitoring run still gets the slot kept for it."""
-    tenant_docs = [{**d, "tenant": "acme"} for d in DOCS]
-    tenant_cases = [{**c, "filters": {"tenant": "acme"}} for c in CASES]
+    """Two slots, so one for runs that are not monitoring runs. Tenant acme's background run holds it; its next runs
+    queue, and so does tenant beta's; an `eval:admin` key's monitoring run starts at once in the slot kept for it. A
+    queued run can be cancelled (nothing ran). When acme's run ends the slot goes to beta (the group served least
+    recently), and only then to acme's next run: acme cannot take every turn by asking first."""
+    tenants = ("acme", "beta")
+    docs = [{**d, "id": f"{t}/{d['id']}", "tenant": t} for t in tenants for d in DOCS]
+    cases = [
+        {
+            **c,
+            "id": f"{t}-{c['id']}",
+            "relevant": [{"doc_id": f"{t}/{c['relevant'][0]['doc_id']}"}],
+            "filters": {"tenant": t},
+        }
+        for t in tenants
+        for c in CASES
+    ]
     with secured_client(Settings(data_dir=tmp_path / "data", index_copies=1), embedder=embedder) as client:
-        acme, admin = auth(make_key(client, "eval:run", tenant="acme")), auth(make_key(client, "admin"))
-        assert client.post("/documents", headers=admin, json={"documents": tenant_docs}).status_code == 200
-        body = "".join(json.dumps(x) + "\n" for x in tenant_cases)
+        acme, beta = (auth(make_key(client, "eval:run", tenant=t)) for t in tenants)
+        admin = auth(make_key(client, "admin"))
+        assert client.post("/documents", headers=admin, json={"documents": docs}).status_code == 200
+        body = "".join(json.dumps(x) + "\n" for x in cases)
         assert client.put("/eval/sets/big", headers=admin, content=body).status_code == 200
         embedder.hold()  # every run waits at its first batch of questions
         try:
-            first = client.post("/eval/run", headers=acme, json={"set": "big", "async": True})
-            assert first.status_code == 202, first.text
-            second = client.post("/eval/run", headers=acme, json={"set": "big", "async": True})
-            assert (second.status_code, second.headers["retry-after"]) == (429, "10")
-            assert "tenant 'acme' already hold(s) 1 of the 2 evaluation slots" in second.json()["detail"]
-            assert "retry when a run in progress ends" in second.json()["detail"]
+            asked = [
+                client.post("/eval/run", headers=key, json={"set": "big", "async": True})
+                for key in (acme, acme, beta, acme)
+            ]
+            assert [(r.status_code, r.json()["status"], r.json()["position"]) for r in asked] == [
+                (202, "running", None),
+                (202, "queued", 1),
+                (202, "queued", 1),  # its place among beta's queued runs
+                (202, "queued", 2),
+            ]
             monitoring = client.post("/eval/run", headers=admin, json={"set": "big", "monitoring": True, "async": True})
-            assert monitoring.status_code == 202, monitoring.text
+            assert (monitoring.status_code, monitoring.json()["status"]) == (202, "running")
+            first, cancelled, turn, last = (r.json()["run_id"] for r in asked)
+            stopped = client.post(f"/eval/runs/{cancelled}/cancel", headers=acme)
+            assert (stopped.status_code, stopped.json()["status"]) == (202, "cancelled")
+            assert f"run {cancelled} was cancelled while it waited for an evaluation slot" in stopped.json()["error"]
+            assert client.get(f"/eval/runs/{last}", headers=acme).json()["position"] == 1  # one fewer before it
+            assert client.post(f"/eval/runs/{cancelled}/cancel", headers=acme).status_code == 409
         finally:
             embedder.release()
         evals(client).wait(30)
-        ended = [client.get(f"/eval/runs/{r.json()['run_id']}", headers=admin).json() for r in (first, monitoring)]
-        assert [(e["status"], e["kind"]) for e in ended] == [("done", "manual"), ("done", "monitoring")]
+        jobs = client.app.state.runtime.state.jobs  # type: ignore[attr-defined]
+        ended = {r: jobs.get(r) for r in (first, cancelled, turn, last, monitoring.json()["run_id"])}
+        assert [j.status for j in ended.values()] == ["done", "cancelled", "done", "done", "done"]
+        assert ended[first].finished_at < ended[turn].finished_at < ended[last].finished_at  # one ordinary slot
+        assert ended[cancelled].done == 0
+
+
+def test_a_run_waited_on_waits_for_its_turn_and_shutdown_ends_a_queued_run_saying_why(
+    client: TestClient, embedder: GatedFakeEmbedder
+) -> None:
+    embedder.hold()
+    assert client.post("/eval/run", json={"set": "big", "async": True}).status_code == 202
+    admission = evals(client)._admission
+    with ThreadPoolExecutor(1) as pool:
+        waited = pool.submit(client.post, "/eval/run", json={"set": "big", "k": [1]})
+        with admission.changed:  # queued behind the background run (today: a 429 at once)
+            assert admission.changed.wait_for(lambda: admission.queued(None) == 1 or waited.done(), timeout=30)
+        assert not waited.done()
+        embedder.release()
+        assert waited.result(timeout=60).status_code == 200
+    evals(client).wait(30)
+    embedder.hold()
+    running = client.post("/eval/run", json={"set": "big", "async": True}).json()["run_id"]
+    queued = client.post("/eval/run", json={"set": "big", "async": True}).json()["run_id"]
+    evals(client).shutdown(timeout=0)  # as the server's shutdown does, without waiting here
+    embedder.release()
+    evals(client).wait(30)
+    stopped = client.get(f"/eval/runs/{queued}").json()
+    assert (stopped["status"], stopped["position"]) == ("cancelled", None)
+    assert f"run {queued} did not start: the service is shutting down" in stopped["error"]
+    assert "the service is shutting down" in client.get(f"/eval/runs/{running}").json()["error"]
 
 
 def test_a_background_run_past_the_time_limit_ends_failed_naming_it(

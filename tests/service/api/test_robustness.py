@@ -225,21 +225,23 @@ def test_eval_runs_are_bounded_and_health_answers_while_every_worker_is_busy(
         evals = [pool.submit(client.post, "/eval/run", json={"set": "mini"}) for _ in range(45)]
         for _ in range(2):
             assert embedder.waiting.acquire(timeout=60)  # two runs are inside the model, held there
-        refused = [f.result() for f in islice(as_completed(evals, timeout=120), 43)]
-        # 45 searches: 38 take the remaining worker threads (40 in all) and wait in the model, 7 queue
+        # four more wait for a slot in their caller group's queue (PLUMBLINE_EVAL_QUEUE_PER_GROUP), the rest: 429
+        refused = [f.result() for f in islice(as_completed(evals, timeout=120), 39)]
+        # 45 searches: 34 take the remaining worker threads (40 in all) and wait in the model, 11 queue
         searches = [pool.submit(client.post, "/search", json={"query": "vpn"}) for _ in range(45)]
-        for _ in range(38):
+        for _ in range(34):
             assert embedder.waiting.acquire(timeout=60)
         live, ready = client.get("/health/live"), client.get("/health/ready")
         held = sum(not f.done() for f in [*evals, *searches])
         embedder.gate.set()
         statuses = sorted(f.result().status_code for f in evals)
         search_statuses = {f.result().status_code for f in searches}
-    assert held == 2 + 45  # health answered while every eval run admitted and every search was in flight
+    assert held == 2 + 4 + 45  # health answered while every eval run admitted or queued and every search was in flight
     assert (live.status_code, ready.status_code) == (200, 200)
-    assert statuses == [200, 200] + [429] * 43
+    assert statuses == [200] * 6 + [429] * 39  # the queued ones ran in their turn
     assert {(r.status_code, r.headers["retry-after"]) for r in refused} == {(429, "10")}
     assert "already hold(s) 2 of the 3 evaluation slots" in refused[0].json()["detail"]
+    assert "may queue at most 4 run(s) for a slot (PLUMBLINE_EVAL_QUEUE_PER_GROUP)" in refused[0].json()["detail"]
     assert search_statuses == {200}
 
 

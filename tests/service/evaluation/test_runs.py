@@ -10,9 +10,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from eval.cases import Case, Label
 from eval.errors import EvalError
-from eval.gate import GateConfig, compare
+from eval.gate import compare
 from eval.runner import CaseResult, Query, run_set
-from eval.storage import RunStore, SetStore, load_baseline, load_set, run_digest
+from eval.storage import RunStore, SetStore, load_baseline, load_set
+from eval.verdict import GatePolicy, GateRequest
 from service.domain import Mode
 from service.errors import Busy, InvalidRequest
 from service.evaluation.gauges import EvalGaugeCollector
@@ -63,14 +64,16 @@ def test_a_superseded_document_retrieved_is_stale(pipeline: SearchPipeline) -> N
 
 def test_the_committed_baseline_passes_against_a_fresh_run(pipeline: SearchPipeline) -> None:
     """CI's regression gate in miniature: the handbook set, replayed now, against eval/baselines/handbook.json."""
-    baseline = load_baseline("handbook")
+    packaged = load_baseline("handbook")
+    baseline = packaged.run
+    assert packaged.policy is not None  # the packaged baseline carries its packaged policy
     name, cases = load_set("handbook")
     options = SearchOptions.model_validate(
         {k: v for k, v in baseline.params.items() if k in SearchOptions.model_fields}
     )
     base = search_params(Settings(), SearchOverrides.of(options), reranker_configured=False)
     run = run_set(cases, PipelineRetriever(pipeline, base), set_name=name, ks=baseline.ks, unit=baseline.unit)
-    gate = compare(run, baseline, GateConfig())
+    gate = compare(run, baseline, packaged.policy)
     assert gate.passed, gate.reasons
     degraded = run_set(
         cases,
@@ -79,7 +82,7 @@ def test_the_committed_baseline_passes_against_a_fresh_run(pipeline: SearchPipel
         ks=baseline.ks,
         unit=baseline.unit,
     )
-    assert not compare(degraded, baseline, GateConfig()).passed
+    assert not compare(degraded, baseline, packaged.policy).passed
 
 
 def eval_service(url: str) -> EvalService:
@@ -89,7 +92,7 @@ def eval_service(url: str) -> EvalService:
 
 
 def spec(pipeline: SearchPipeline, base: SearchParams, kind: str, **kw: Any) -> RunSpec:
-    return RunSpec(pipeline, base, "handbook", (1, 10), "chunk", {}, GateConfig(), kind=kind, **kw)
+    return RunSpec(pipeline, base, "handbook", (1, 10), "chunk", {}, GateRequest(), GatePolicy(), kind=kind, **kw)
 
 
 def gauges(service: EvalService) -> str:
@@ -115,10 +118,12 @@ def test_only_monitoring_runs_move_the_gauges(pipeline: SearchPipeline, tmp_path
     assert ev.run.gate.baseline is not None
     assert ev.run.gate.baseline.to_json() == {
         "name": "handbook",
-        "run_id": packaged.run_id,
-        "sha256": run_digest(packaged),
+        "run_id": packaged.run.run_id,
+        "sha256": packaged.sha256,
         "source": "packaged",
     }
+    assert ev.run.gate.policy == packaged.policy  # judged by the baseline's own policy
+    assert ev.run.gate.policy_origin == "baseline"
     assert 'plumbline_eval_baseline_metric{category="all",k="10",metric="recall",set="handbook"}' in text
     # an experiment, and a manual run, are stored but never shown as production quality
     experiment = service.evaluate(spec(pipeline, SearchParams(mode=Mode.DENSE, candidates=10), "experiment"))
@@ -137,7 +142,7 @@ def test_gate_verdicts_survive_a_restart(pipeline: SearchPipeline, tmp_path: Pat
     service = eval_service(url)
     first = service.evaluate(spec(pipeline, SearchParams(), "manual"))
     assert first is not None
-    service.runs.promote(first.run.run_id, "mine")
+    service.runs.promote(first.run.run_id, "mine", GatePolicy())
     worse = service.evaluate(
         spec(pipeline, SearchParams(mode=Mode.KEYWORD, candidates=10), "monitoring", baseline="mine")
     )
@@ -189,34 +194,3 @@ def test_metrics_still_answer_when_the_state_store_is_unreachable(tmp_path: Path
     text = generate_latest(registry).decode()
     assert 'plumbline_eval_schedule_interval_seconds{set="handbook"} 3600.0' in text
     assert "plumbline_incidents" not in text
-
-
-def test_eval_slots_are_shared_fairly_and_one_is_kept_for_monitoring_runs(
-    pipeline: SearchPipeline, tmp_path: Path
-) -> None:
-    """With two slots: an ordinary run and a monitoring run go at once; a second ordinary run does not (its own
-    group's cap, or another group's: the slot kept for monitoring). With three, two groups share two slots."""
-    service = eval_service(f"sqlite:///{tmp_path / 'state.db'}")
-    acme, beta, unbound = (spec(pipeline, SearchParams(), "manual", tenant=t) for t in ("acme", "beta", None))
-    monitoring = spec(pipeline, SearchParams(), "monitoring")
-    with service._slot(acme):
-        with pytest.raises(Busy, match=r"tenant 'acme' already hold\(s\) 1 of the 2 evaluation slots"):
-            service._slot(acme).__enter__()
-        with pytest.raises(Busy, match="the last of the 2 slots is kept for monitoring runs"):
-            service._slot(unbound).__enter__()
-        with service._slot(monitoring), pytest.raises(Busy, match="all 2 evaluation slot"):
-            service._slot(monitoring).__enter__()
-    with service._slot(monitoring), service._slot(monitoring), pytest.raises(Busy, match="all 2"):
-        service._slot(beta).__enter__()  # monitoring runs take any free slot
-    service.max_concurrent = 3
-    with service._slot(acme), service._slot(beta):
-        with pytest.raises(Busy, match="kept for monitoring runs"):
-            service._slot(unbound).__enter__()
-        with service._slot(monitoring):
-            pass
-    with service._slot(unbound), service._slot(unbound), pytest.raises(Busy, match="the keys bound to no tenant"):
-        service._slot(unbound).__enter__()
-    service.max_concurrent = 1  # a single slot: first come, first served
-    with service._slot(acme), pytest.raises(Busy, match="all 1 evaluation slot"):
-        service._slot(monitoring).__enter__()
-    assert (service._held, service._held_monitoring) == ({}, 0)  # every slot given back

@@ -244,13 +244,13 @@ def test_a_job_reports_progress_takes_a_cancel_and_records_its_end(state: StateS
     job = state.jobs.get("r1")
     assert job is not None
     assert (job.status, job.done, job.total, job.cancel_requested) == ("running", 64, 100, False)
-    assert state.jobs.cancel("r1")
+    assert state.jobs.cancel("r1", "not used: it is running")
     assert state.jobs.progress("r1", 100) is True  # the runner learns of it at its next batch
     state.jobs.finish("r1", "cancelled", "cancelled after 100 cases")
     job = state.jobs.get("r1")
     assert job is not None
     assert (job.status, job.error, job.finished_at is not None) == ("cancelled", "cancelled after 100 cases", True)
-    assert not state.jobs.cancel("r1")  # not running any more
+    assert not state.jobs.cancel("r1", "not used")  # not running any more
     assert state.jobs.get("nope") is None
     state.jobs.start("r2", "s", "manual", 10, "me")
     state.jobs.finish("r2", "done")
@@ -260,13 +260,43 @@ def test_a_job_reports_progress_takes_a_cancel_and_records_its_end(state: StateS
     assert (done.status, done.done, done.error) == ("done", 10, None)
 
 
-def test_a_running_job_whose_heartbeat_stopped_reads_as_lost(state: StateStore) -> None:
+def test_a_running_or_queued_job_whose_heartbeat_stopped_reads_as_lost(state: StateStore) -> None:
     state.jobs.start("r1", "s", "manual", 100, "a process that died")
+    state.jobs.start("r2", "s", "manual", 100, "a process that died", queued=True)
     with state.engine.begin() as conn:
         conn.execute(text("UPDATE eval_jobs SET heartbeat_at = '2020-01-01T00:00:00.000000Z'"))
-    job = state.jobs.get("r1")
-    assert job is not None
-    assert job.status == "lost"
+    assert [(j.status, j.position) for r in ("r1", "r2") if (j := state.jobs.get(r))] == [("lost", None)] * 2
+
+
+def test_a_queued_job_shows_its_place_in_its_group_starts_or_ends_cancelled_at_once(state: StateStore) -> None:
+    for run_id, tenant, owner in (
+        ("r1", "acme", "me"),
+        ("r2", "beta", "me"),
+        ("r3", "acme", "me"),
+        ("r4", "acme", "b"),
+    ):
+        state.jobs.start(run_id, "s", "manual", 10, owner, tenant, queued=True)
+    assert [j.position for r in ("r1", "r2", "r3", "r4") if (j := state.jobs.get(r))] == [1, 1, 2, 1]
+    assert state.jobs.begin("r1")
+    assert not state.jobs.begin("r1")  # running already
+    assert [(j.status, j.position) for r in ("r1", "r3") if (j := state.jobs.get(r))] == [
+        ("running", None),
+        ("queued", 1),
+    ]
+    assert state.jobs.cancel("r3", "cancelled while queued")
+    ended = state.jobs.get("r3")
+    assert ended is not None
+    assert (ended.status, ended.error, ended.cancel_requested, ended.finished_at is not None) == (
+        "cancelled",
+        "cancelled while queued",
+        True,
+        True,
+    )
+    assert not state.jobs.begin("r3")  # its owner finds it cancelled when its turn comes
+    assert not state.jobs.cancel("r3", "again")
+    state.jobs.finish("r2", "cancelled", "the service is shutting down")  # shutdown ends a queued job too
+    assert (job := state.jobs.get("r2")) is not None
+    assert (job.status, job.error) == ("cancelled", "the service is shutting down")
 
 
 def test_a_baseline_is_replaced_only_when_asked_and_kept_in_history(state: StateStore) -> None:
