@@ -2,12 +2,15 @@
 
     python benchmarks/quality.py                 # SciFact, CMRC 2018 and the analyzer study (about 40 minutes)
     python benchmarks/quality.py --only scifact  # or cmrc, or tokenizers (stemming/stopwords on SciFact train)
+    python benchmarks/quality.py --only scifact --tenant t1  # the collection as one tenant's, searched as that tenant
 
 SciFact: the corpus is ingested like any user's documents (chunked, title + heading prefix, MiniLM
 embeddings, our BM25), evaluated at unit="doc" on the test split. Every parameter (RRF k, weighted
 alpha) is chosen on the train split only. CMRC 2018: paragraphs chunked small (200 characters), one
 evidence label per question (its first answer that occurs in the paragraph), unit="chunk".
-Indexes are cached under --work-dir, so a second run skips the embedding.
+Indexes are cached under --work-dir, so a second run skips the embedding. With --tenant every document belongs to
+that tenant and every question searches it alone, as a tenant-bound key's would: keyword scores then come from the
+tenant's own statistics (`service.filters.keyword_corpus`) rather than the whole collection's.
 """
 
 from __future__ import annotations
@@ -56,13 +59,17 @@ RRF_GRID = (10, 20, 30, 60, 100)
 ALPHA_GRID = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 
 
-def build(name: str, corpus: Path, chunking: ChunkerConfig, settings: Settings, embedder: Embedder) -> SearchPipeline:
-    """The service over `corpus`, wired as the server wires it, in its own data directory under the work directory."""
-    own = {"data_dir": settings.data_dir / name, "chunk_size": chunking.size, "chunk_overlap": chunking.overlap}
+def build(
+    name: str, corpus: Path, chunking: ChunkerConfig, settings: Settings, embedder: Embedder, tenant: str | None
+) -> SearchPipeline:
+    """The service over `corpus` (every document `tenant`'s, if given), wired as the server wires it, in its own data
+    directory under the work directory."""
+    folder = settings.data_dir / (f"{name}-{tenant}" if tenant else name)
+    own = {"data_dir": folder, "chunk_size": chunking.size, "chunk_overlap": chunking.overlap}
     runtime = Runtime(settings.model_copy(update=own), Components(embedder=lambda _: embedder))
     runtime.warm_up()
     index = runtime.index
-    docs = list(iter_documents(corpus))
+    docs = [replace(d, tenant=tenant) for d in iter_documents(corpus)]
     start, chunks = time.perf_counter(), 0
     for i in range(0, len(docs), 256):
         chunks += index.ingest(docs[i : i + 256]).chunks
@@ -75,9 +82,14 @@ def build(name: str, corpus: Path, chunking: ChunkerConfig, settings: Settings, 
 
 
 def score(
-    pipeline: SearchPipeline, cases: Sequence[Case], params: SearchParams, ks: Sequence[int], unit: Unit
+    pipeline: SearchPipeline,
+    cases: Sequence[Case],
+    params: SearchParams,
+    ks: Sequence[int],
+    unit: Unit,
+    tenant: str | None,
 ) -> dict[str, float]:
-    run = run_set(cases, PipelineRetriever(pipeline, params), set_name="bench", ks=ks, unit=unit)
+    run = run_set(cases, PipelineRetriever(pipeline, params, tenant), set_name="bench", ks=ks, unit=unit)
     return mean_metrics(run.cases)
 
 
@@ -88,13 +100,19 @@ def setting(base: SearchParams, field: str, value: float) -> SearchParams:
 
 
 def best(
-    pipeline: SearchPipeline, cases: Sequence[Case], base: SearchParams, field: str, grid: Sequence[float], metric: str
+    pipeline: SearchPipeline,
+    cases: Sequence[Case],
+    base: SearchParams,
+    field: str,
+    grid: Sequence[float],
+    metric: str,
+    tenant: str | None,
 ) -> tuple[float, dict[float, float]]:
-    results = {v: score(pipeline, cases, setting(base, field, v), (10,), "doc")[metric] for v in grid}
+    results = {v: score(pipeline, cases, setting(base, field, v), (10,), "doc", tenant)[metric] for v in grid}
     return max(grid, key=lambda v: results[v]), results  # ties: the first in the grid
 
 
-def scifact(settings: Settings, embedder: Embedder, sizes: Sequence[int]) -> None:
+def scifact(settings: Settings, embedder: Embedder, sizes: Sequence[int], tenant: str | None) -> None:
     root = SCIFACT
     queries = read_queries(root / "queries.jsonl")
     train = cases_from_qrels(read_qrels(root / "qrels" / "train.tsv"), queries)
@@ -105,17 +123,20 @@ def scifact(settings: Settings, embedder: Embedder, sizes: Sequence[int]) -> Non
     print("|---|---|---|---|---|")
     by_size = {}
     for size in sizes:
-        pipeline = build(f"scifact-{size}", root / "corpus.jsonl", ChunkerConfig(size, size // 10), settings, embedder)
-        m = {mode: score(pipeline, train, SearchParams(mode=mode), (10,), "doc")["ndcg@10"] for mode in Mode}
+        chunking = ChunkerConfig(size, size // 10)
+        pipeline = build(f"scifact-{size}", root / "corpus.jsonl", chunking, settings, embedder, tenant)
+        m = {mode: score(pipeline, train, SearchParams(mode=mode), (10,), "doc", tenant)["ndcg@10"] for mode in Mode}
         chunks = pipeline.store.count(of_kind("chunk"))
         print(f"| {size} | {chunks} | {m[Mode.KEYWORD]:.4f} | {m[Mode.DENSE]:.4f} | {m[Mode.HYBRID]:.4f} |")
         by_size[size] = (m[Mode.HYBRID], pipeline)
     size = max(sizes, key=lambda s: by_size[s][0])
     pipeline = by_size[size][1]
     hybrid = SearchParams(mode=Mode.HYBRID)
-    rrf_k, rrf_grid = best(pipeline, train, replace(hybrid, fusion=FusionMethod.RRF), "rrf_k", RRF_GRID, "ndcg@10")
+    rrf_k, rrf_grid = best(
+        pipeline, train, replace(hybrid, fusion=FusionMethod.RRF), "rrf_k", RRF_GRID, "ndcg@10", tenant
+    )
     alpha, alpha_grid = best(
-        pipeline, train, replace(hybrid, fusion=FusionMethod.WEIGHTED), "alpha", ALPHA_GRID, "ndcg@10"
+        pipeline, train, replace(hybrid, fusion=FusionMethod.WEIGHTED), "alpha", ALPHA_GRID, "ndcg@10", tenant
     )
     print(f"[scifact] train nDCG@10 by rrf_k: {_fmt(rrf_grid)} -> {rrf_k}", file=sys.stderr)
     print(f"[scifact] train nDCG@10 by alpha: {_fmt(alpha_grid)} -> {alpha}", file=sys.stderr)
@@ -137,14 +158,14 @@ def scifact(settings: Settings, embedder: Embedder, sizes: Sequence[int]) -> Non
     print("| method | nDCG@10 | R@100 | train nDCG@10 | published (same split and metric) |")
     print("|---|---|---|---|---|")
     for label, params, published in rows:
-        t = score(pipeline, test, params, (10, 100), "doc")
-        tr = score(pipeline, train, params, (10,), "doc")
+        t = score(pipeline, test, params, (10, 100), "doc", tenant)
+        tr = score(pipeline, train, params, (10,), "doc", tenant)
         print(f"| {label} | {t['ndcg@10']:.4f} | {t['recall@100']:.4f} | {tr['ndcg@10']:.4f} | {published} |")
 
 
-def cmrc(settings: Settings, embedder: Embedder) -> None:
+def cmrc(settings: Settings, embedder: Embedder, tenant: str | None) -> None:
     root = CMRC
-    pipeline = build("cmrc", root / "corpus.jsonl", ChunkerConfig(200, 40), settings, embedder)
+    pipeline = build("cmrc", root / "corpus.jsonl", ChunkerConfig(200, 40), settings, embedder, tenant)
     corpus = {json.loads(line)["_id"]: json.loads(line)["text"] for line in (root / "corpus.jsonl").open()}
     qrels = read_qrels(root / "qrels" / "test.tsv")
     cases = []
@@ -162,7 +183,7 @@ def cmrc(settings: Settings, embedder: Embedder) -> None:
         ("dense (English MiniLM: not meant for Chinese)", SearchParams(mode=Mode.DENSE)),
         ("hybrid weighted (alpha 0.5)", SearchParams()),
     ]:
-        m = score(pipeline, cases, params, (5, 10), "chunk")
+        m = score(pipeline, cases, params, (5, 10), "chunk", tenant)
         print(f"| {label} | {m['hit@5']:.4f} | {m['recall@10']:.4f} | {m['mrr@10']:.4f} | {m['ndcg@10']:.4f} |")
 
 
@@ -199,7 +220,7 @@ def tokenizer_study(settings: Settings, embedder: Embedder) -> None:
             for i in range(0, len(points), 2048):
                 store.upsert(points[i : i + 2048])
         pipeline = SearchPipeline(store, embedder, encoder, None)
-        m = score(pipeline, train, SearchParams(mode=Mode.KEYWORD), (10, 100), "doc")
+        m = score(pipeline, train, SearchParams(mode=Mode.KEYWORD), (10, 100), "doc", None)
         print(f"| {stemmer or 'none'} | {stopwords} | {m['ndcg@10']:.4f} | {m['recall@100']:.4f} |")
         store.close()
 
@@ -214,6 +235,7 @@ def main() -> None:
     p.add_argument("--chunk-sizes", type=int, nargs="+", default=[1000, 2000], help="SciFact sizes to choose from")
     p.add_argument("--work-dir", type=Path, default=Path("data/bench-quality"))
     p.add_argument("--encoder-runtime", choices=["onnx", "torch"], default="onnx", help="as PLUMBLINE_ENCODER_RUNTIME")
+    p.add_argument("--tenant", help="SciFact and CMRC as this tenant's documents, searched as this tenant")
     args = p.parse_args()
     require(*([CMRC] if args.only == "cmrc" else [SCIFACT] if args.only else [SCIFACT, CMRC]))
     # the model as the service runs it by default (ONNX Runtime on CPU), or on torch to compare; one copy of the
@@ -221,9 +243,9 @@ def main() -> None:
     settings = Settings(data_dir=args.work_dir, encoder_runtime=args.encoder_runtime, index_copies=1)
     embedder = build_embedder(settings)  # loaded once, given to each collection's runtime
     if args.only in (None, "scifact"):
-        scifact(settings, embedder, args.chunk_sizes)
+        scifact(settings, embedder, args.chunk_sizes, args.tenant)
     if args.only in (None, "cmrc"):
-        cmrc(settings, embedder)
+        cmrc(settings, embedder, args.tenant)
     if args.only in (None, "tokenizers"):
         tokenizer_study(settings, embedder)
 

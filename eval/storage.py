@@ -49,9 +49,11 @@ class Records(Protocol):
         self, run_id: str, set_name: str, created_at: str, summary: str, record: str, kind: str, tenant: str | None
     ) -> None: ...
     def get_run(self, run_id: str) -> str | None: ...
+    def delete_run(self, run_id: str) -> bool: ...
     def run_summaries(
         self, limit: int, offset: int, set_name: str | None, kind: str | None, tenant: str | None
     ) -> list[str]: ...
+    def count_runs(self, tenant: str) -> int: ...
     def latest_run_ids(self, kind: str) -> list[tuple[str, str]]: ...
     def get_baseline(self, name: str) -> str | None: ...
     def put_baseline(self, name: str, run_id: str, record: str, *, replace: bool) -> str | None: ...
@@ -173,6 +175,11 @@ class RunStore:
             raise UnknownName(f"no run with id {run_id!r}")
         return run_from_json(json.loads(record))
 
+    def delete(self, run_id: str) -> None:
+        """Remove a stored run (`UnknownName` if there is none); a baseline promoted from it keeps its copy."""
+        if not self._writable().delete_run(check_name(run_id, "run")):
+            raise UnknownName(f"no run with id {run_id!r}")
+
     def summaries(
         self,
         limit: int = 100,
@@ -200,6 +207,10 @@ class RunStore:
                 )
             )
         return out
+
+    def count(self, tenant: str) -> int:
+        """Runs stored confined to `tenant`."""
+        return self._writable().count_runs(tenant)
 
     def latest_ids(self, kind: str) -> dict[str, str]:
         """The id of the newest run of `kind` of each set (run ids sort by time)."""

@@ -189,6 +189,20 @@ def build_filter(spec: FilterSpec, *, fresh_only: bool, now: dt.datetime) -> Cla
     return Clause(must=tuple(must))
 
 
+def keyword_corpus(spec: FilterSpec) -> Clause | None:
+    """The points whose BM25 statistics (document count and document frequencies) a keyword search is scored with:
+    the chunks of its tenant when it is confined to one (a tenant-bound key's always is), so that one tenant's scores
+    never depend on another's documents; None (the whole collection) for a search over every tenant.
+
+    Example:
+        >>> keyword_corpus(FilterSpec(tenant="acme", tags=("billing",)))
+        Clause(must=(Match(key='tenant', value='acme'),), should=(), must_not=())
+        >>> keyword_corpus(FilterSpec(tags=("billing",))) is None
+        True
+    """
+    return Clause(must=(Match("tenant", spec.tenant),)) if spec.tenant is not None else None
+
+
 def _metadata_condition(cond: MetadataCondition) -> Condition:
     key = f"metadata.{cond.key}"
     if cond.equals:

@@ -16,6 +16,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -50,7 +51,7 @@ from service.retrieval.sparse import Bm25Params
 from service.retrieval.tokenizer import Tokenizer, TokenizerConfig
 from service.settings import Settings
 from service.state import StateStore, open_state
-from service.state.audit import AuditRecords
+from service.state.audit import AuditRecords, Pending
 from service.stores.base import VectorStore
 
 if TYPE_CHECKING:
@@ -267,12 +268,9 @@ class Runtime:
         """The scheduler's run: set `set_name` over the served configuration, if due; True if it ran."""
         spec = run_spec(RunOptions(set_name, monitoring=True), self.settings, self.pipeline)
         # no HTTP caller waits on it: a large set may take longer than PLUMBLINE_EVAL_TIMEOUT_SECONDS
-        ev = self.evals.evaluate(spec, if_older_than=interval, limited=False)
-        if ev is None:
-            return False
-        verdict = ev.run.gate.verdict if ev.run.gate else None
-        self.record("scheduler", "eval.run", ev.run.run_id, {"set": set_name, "kind": "monitoring", "gate": verdict})
-        return True
+        with self.auditing("scheduler", "eval.run", detail={"set": set_name}):  # stored with the run, if it was due
+            ev = self.evals.evaluate(spec, if_older_than=interval, limited=False)
+        return ev is not None
 
     def _open_state(self) -> None:
         """Open and migrate the state store (importing a file-layout data directory once) and build the services
@@ -286,7 +284,10 @@ class Runtime:
                 "`plumbline keys create NAME --role admin`, or set PLUMBLINE_AUTH=off for a local demo"
             )
         self._incidents = IncidentService(
-            self._state.incidents, default_set=s.incident_set, count_new=s.incidents_count_new
+            self._state.incidents,
+            default_set=s.incident_set,
+            count_new=s.incidents_count_new,
+            tenant_max_reports=s.tenant_max_incident_reports,
         )
         self._evals = EvalService(
             SetStore(self._state),
@@ -297,6 +298,7 @@ class Runtime:
             max_concurrent=s.max_concurrent_evals,
             queue_per_group=s.eval_queue_per_group,
             queue_wait=s.eval_queue_wait_seconds,
+            tenant_max_runs=s.tenant_max_runs,
             timeout=s.eval_timeout_seconds,
             reserve_space=self.reserve_space,
         )
@@ -400,7 +402,7 @@ class Runtime:
             tokenizer_config(s),
             Bm25Params(k1=s.bm25_k1, b=s.bm25_b, avg_len=s.bm25_avg_len or 1.0),
             measure_avg_len=s.bm25_avg_len is None,
-            limits=IndexLimits(s.max_batch_documents, s.max_document_chars),
+            limits=IndexLimits(s.max_batch_documents, s.max_document_chars, s.tenant_max_documents),
             reserve_space=(lambda needed: self.reserve_space(needed * s.index_copies)) if s.backend == "edge" else None,
         )
         if check:
@@ -461,12 +463,24 @@ class Runtime:
     def record(
         self, actor: str, action: str, target: str, detail: Mapping[str, object], tenant: str | None = None
     ) -> None:
-        """The audit entry of a write that has happened (with the request's id, if a request made it). The write is
-        not undone if this fails: the entry goes to the error log instead."""
-        try:
-            self.audit.append(actor, tenant, action, target, detail, logs.request_id.get())
-        except PlumblineError:
-            log.error("audit entry lost: %s by %s on %s: %s", action, actor, target, dict(detail), exc_info=True)
+        """The audit entry of something that has happened outside the state store (a repair, a preload, a refused
+        request), with the request's id if a request made it (`AuditRecords.record`: logged if it cannot be written)."""
+        self.audit.record(Pending(actor, tenant, action, target, dict(detail), request_id=logs.request_id.get()))
+
+    def auditing(
+        self,
+        actor: str,
+        action: str,
+        target: str = "",
+        detail: Mapping[str, object] | None = None,
+        *,
+        tenant: str | None = None,
+        after: bool = False,
+    ) -> AbstractContextManager[Pending]:
+        """Declare the audit entry of the change the block makes, written in the state-store transaction that makes it
+        (or after the block, with `after`: a change kept in the vector index); see `AuditRecords.auditing`."""
+        entry = Pending(actor, tenant, action, target, dict(detail or {}), request_id=logs.request_id.get())
+        return self.audit.auditing(entry, after=after)
 
     def close(self) -> None:
         self._closing.set()  # a warm-up waiting for the vector store gives up at once

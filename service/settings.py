@@ -192,6 +192,24 @@ class Settings(BaseSettings):
     max_document_chars: int = Field(
         2_000_000, ge=1, description="the longest document text, in characters (422 beyond)"
     )
+    tenant_max_documents: int = Field(
+        100_000,
+        ge=0,
+        description="documents one tenant may hold (a per-tenant storage cap): an ingest that would add more new ones "
+        "is refused 507 naming it; 0: no cap. Documents of no tenant are not capped",
+    )
+    tenant_max_incident_reports: int = Field(
+        10_000,
+        ge=0,
+        description="incident reports stored for one tenant, duplicates included (a per-tenant storage cap): past it "
+        "507; 0: no cap",
+    )
+    tenant_max_runs: int = Field(
+        10_000,
+        ge=0,
+        description="eval runs stored for one tenant (runs confined to it; a per-tenant storage cap): past it a run is "
+        "refused 507 before it starts; 0: no cap",
+    )
     max_request_bytes: int = Field(
         64 * 1024 * 1024,
         ge=1024,

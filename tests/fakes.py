@@ -136,6 +136,9 @@ class FakeRecords:
     def get_run(self, run_id: str) -> str | None:
         return self.runs[run_id][3] if run_id in self.runs else None
 
+    def delete_run(self, run_id: str) -> bool:
+        return self.runs.pop(run_id, None) is not None
+
     def run_summaries(
         self, limit: int, offset: int, set_name: str | None, kind: str | None, tenant: str | None = None
     ) -> list[str]:
@@ -154,6 +157,9 @@ class FakeRecords:
             set_of, created_at, summary, _ = self.runs[r]
             out.append(json.dumps({"run_id": r, "set": set_of, "created_at": created_at, **json.loads(summary)}))
         return out
+
+    def count_runs(self, tenant: str) -> int:
+        return sum(1 for r in self.runs if self.tenants[r] == tenant)
 
     def latest_run_ids(self, kind: str) -> list[tuple[str, str]]:
         newest: dict[str, str] = {}

@@ -61,9 +61,13 @@ class AuditOut(BaseModel):
     id: int
     at: str
     actor: str
-    tenant: str | None
+    tenant: str | None = Field(description="the caller's tenant binding")
     action: str
     target: str
+    target_tenant: str | None = Field(
+        description="the tenant of what changed (a document's, an incident's, a run's, a key's binding); null: what "
+        "every tenant shares (sets, baselines), a refusal, or an entry written before it was recorded"
+    )
     detail: dict[str, Any]
     request_id: str | None
 

@@ -97,7 +97,7 @@ def create_app(
     app.state.runtime = runtime
     app.state.registry = registry
     errors.install(app)
-    auth.audit_denials(app, runtime, metrics)
+    auth.audit_refusals(app, runtime, metrics)
     modules = (documents, search, evaluation, incidents, admin, identity, health)
     for module in modules:
         app.include_router(module.router)

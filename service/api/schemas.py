@@ -294,6 +294,12 @@ class EvalJobOut(BaseModel):
     finished_at: str | None
 
 
+class RunDeleted(BaseModel):
+    run_id: str
+    set: str
+    kind: Literal["monitoring", "manual", "experiment"]
+
+
 class RunSummary(BaseModel):
     run_id: str
     kind: Literal["monitoring", "manual", "experiment"]

@@ -51,9 +51,15 @@ class Documents:
             raise NotFound(f"no document with id {doc_id!r}")
         return stored
 
-    def delete(self, caller: Principal, doc_id: str) -> int:
-        """Remove a document the caller may see; the number of chunks it had."""
-        return self.index.delete(doc_id, lambda tenant: visible(caller, tenant))
+    def delete(self, caller: Principal, doc_id: str) -> tuple[int, str | None]:
+        """Remove a document the caller may see; the number of chunks it had, and its tenant."""
+        owner: list[str | None] = []  # the tenant the index checks the caller against, under its write lock
+
+        def may(tenant: str | None) -> bool:
+            owner.append(tenant)
+            return visible(caller, tenant)
+
+        return self.index.delete(doc_id, may), owner[0]
 
 
 def _cursor(value: str | None) -> str | None:

@@ -74,6 +74,15 @@ class Evaluations:
             raise NotFound(f"no run with id {run_id!r}")
         return run
 
+    def delete_run(self, caller: Principal, run_id: str) -> Run:
+        """Remove a stored run; the run as it was. A tenant-bound key removes its tenant's runs (what frees its
+        `PLUMBLINE_TENANT_MAX_RUNS`); a run over every tenant, or a monitoring run, needs `eval:admin`."""
+        run = self.stored_run(caller, run_id)
+        if run.tenant is None or run.kind == "monitoring":
+            require(caller, ("eval:admin",), "deleting a run over every tenant, or a monitoring run")
+        self.evals.runs.delete(run_id)
+        return run
+
     def runs(
         self, caller: Principal, limit: int, offset: int, set_name: str | None, kind: str | None
     ) -> list[RunSummary]:

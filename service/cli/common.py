@@ -1,5 +1,5 @@
-"""What the commands share: their exit codes, the `--data-dir` option, the settings it selects, and the audit entry
-of a write made from the command line."""
+"""What the commands share: their exit codes, the `--data-dir` option, the settings it selects, and the audit entries
+of writes made from the command line."""
 
 from __future__ import annotations
 
@@ -21,7 +21,16 @@ def settings_of(args: argparse.Namespace) -> Any:
 
 
 def audit(runtime: Any, action: str, target: str, detail: dict[str, Any]) -> None:
-    """A write made here, in the state store's audit log, as made by "local CLI (user@host)"."""
+    """A change made here outside the state store (the index), in its audit log after the change, as made by
+    "local CLI (user@host)"."""
     from service.access.principals import local_cli
 
     runtime.record(local_cli().actor, action, target, detail)
+
+
+def auditing(runtime: Any, action: str, detail: dict[str, Any]) -> Any:
+    """Declare the audit entry of the state-store change the block makes here (`Runtime.auditing`), as made by
+    "local CLI (user@host)": the transaction that makes it writes it, filling in its target."""
+    from service.access.principals import local_cli
+
+    return runtime.auditing(local_cli().actor, action, detail=detail)

@@ -37,6 +37,7 @@ from service.access.keys import (
 from service.access.principals import ROLES, local_cli
 from service.errors import NotFound, PlumblineError
 from service.infra.files import write_atomic
+from service.state.audit import Pending
 from service.state.keys import ApiKey
 from service.state.schema import now_iso
 
@@ -126,9 +127,8 @@ def _create(args: argparse.Namespace) -> int:
         return _issued(file_entry(key), token)
     with _store(args) as (_, state):
         me = local_cli()
-        key, token = create_key(state.keys, args.name, args.roles, args.tenant, me)
-        detail = {"name": key.name, "roles": list(key.roles), "tenant": key.tenant}
-        state.audit.append(me.actor, None, "key.create", key.key_id, detail)
+        with state.audit.auditing(Pending(me.actor, None, "key.create")):  # with the key's row
+            key, token = create_key(state.keys, args.name, args.roles, args.tenant, me)
     return _issued(file_entry(key), token)
 
 
@@ -163,8 +163,9 @@ def _rotate(args: argparse.Namespace) -> int:
         _write_file(args.secrets_file, [new if k.key_id == args.key_id else k for k in keys])
         return _issued(file_entry(new), token)
     with _store(args) as (auth, state):
-        token = rotate_key(auth, args.key_id, args.grace)
-        state.audit.append(local_cli().actor, None, "key.rotate", args.key_id, {"grace_seconds": args.grace})
+        entry = Pending(local_cli().actor, None, "key.rotate", args.key_id, {"grace_seconds": args.grace})
+        with state.audit.auditing(entry):  # with the new hash
+            token = rotate_key(auth, args.key_id, args.grace)
         key = state.keys.get(args.key_id)
     return _issued(file_entry(key), token)
 
@@ -177,9 +178,9 @@ def _revoke(args: argparse.Namespace) -> int:
         _in_file(keys, args.key_id)
         _write_file(args.secrets_file, [k for k in keys if k.key_id != args.key_id])
     else:
-        with _store(args) as (auth, state):
+        entry = Pending(local_cli().actor, None, "key.revoke", args.key_id)
+        with _store(args) as (auth, state), state.audit.auditing(entry):  # in the revocation's transaction
             revoke_key(auth, args.key_id)
-            state.audit.append(local_cli().actor, None, "key.revoke", args.key_id, {})
     print(f"key {args.key_id} revoked", file=sys.stderr)
     return 0
 

@@ -39,7 +39,16 @@ from eval.report import build_report
 from eval.runner import Retriever, Run, run_set
 from eval.storage import dump_run, load_baseline, load_set
 from eval.verdict import GatePolicy, GateRequest, GateResult
-from service.cli.common import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_OK, EXIT_REGRESSION, audit, data_dir_option, settings_of
+from service.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_REGRESSION,
+    audit,
+    auditing,
+    data_dir_option,
+    settings_of,
+)
 from service.errors import PlumblineError
 from service.infra import logs
 from service.infra.files import write_atomic
@@ -253,16 +262,13 @@ def _eval_in_process(
             baseline=args.baseline,
         )
         spec = run_spec(asked, settings, runtime.pipeline)
-        with _progress_bar("eval") as bar:
+        with _progress_bar("eval") as bar, auditing(runtime, "eval.run", {"set": set_name}):  # with the run's row
             if _is_file(args.set) or (args.baseline and _is_file(args.baseline)):
                 cases = load_set(args.set)[1] if _is_file(args.set) else runtime.evals.cases(args.set)
                 baseline = load_baseline(args.baseline, runtime.evals.runs) if args.baseline else None
                 ev: Evaluation | None = runtime.evals.evaluate_cases(spec, cases, baseline, timeout=None, progress=bar)
             else:
                 ev = runtime.evals.evaluate(spec, limited=False, progress=bar)
-        if ev is not None:
-            verdict = ev.run.gate.verdict if ev.run.gate else None
-            audit(runtime, "eval.run", ev.run.run_id, {"set": set_name, "kind": spec.kind, "gate": verdict})
     finally:
         runtime.close()
     if ev is None:  # evaluate returns None only when asked to run just if due, which this never asks

@@ -69,10 +69,13 @@ def _export(args: argparse.Namespace) -> int:
 def _import(args: argparse.Namespace) -> int:
     from service.access.principals import local_cli
     from service.index.transfer import import_
+    from service.state.audit import Pending
 
     started = time.monotonic()
-    with _deployment(args) as (store, state):
+    imported = Pending(local_cli().actor, None, "data.import", str(args.file))
+    # an index and state rows: no one transaction holds both, so the entry is written after them
+    with _deployment(args) as (store, state), state.audit.auditing(imported, after=True) as entry:
         moved = import_(args.file, store, state)
-        state.audit.append(local_cli().actor, None, "data.import", str(args.file), asdict(moved), None)
+        entry.fill(detail=asdict(moved))
     print(json.dumps({"imported": str(args.file), **asdict(moved), "seconds": round(time.monotonic() - started, 1)}))
     return 0

@@ -64,7 +64,8 @@ class Reported:
 
 class IncidentService:
     """Incidents over the state store; `default_set` takes reports that name no set, and `count_new` makes
-    incidents not yet reviewed count in eval runs (accepted ones always do, rejected ones never).
+    incidents not yet reviewed count in eval runs (accepted ones always do, rejected ones never). A tenant may have
+    `tenant_max_reports` reports stored (0: no cap; past it 507).
 
     Example:
         >>> service = IncidentService(state.incidents, default_set="handbook")  # doctest: +SKIP
@@ -79,10 +80,12 @@ class IncidentService:
         *,
         default_set: str = "incidents",
         count_new: bool = False,
+        tenant_max_reports: int = 0,
     ) -> None:
         self.records = records
         self.default_set = default_set
         self.count_new = count_new
+        self.tenant_max_reports = tenant_max_reports  # per tenant, duplicates included; 0: no cap
 
     def report(
         self,
@@ -99,7 +102,7 @@ class IncidentService:
         (no such document, no such chunk, the words are not in it or only in a heading); without it, one answer for
         all (`not_reportable`), for a caller that may not read the tenant's documents."""
         new, stored = self._validated(r, index, precise)
-        incident, merged = self.records.report(new)
+        incident, merged = self.records.report(new, self.tenant_max_reports)
         crash_point("incident:committed")
         try:
             params = replace(base, filters=self._spec(new), fresh_only=new.fresh_only)

@@ -30,6 +30,7 @@ from service.errors import (
     Busy,
     Cancelled,
     Conflict,
+    InsufficientStorage,
     InvalidRequest,
     NotReady,
     PlumblineError,
@@ -148,6 +149,7 @@ class EvalService:
         max_concurrent: int = 2,
         queue_per_group: int = 4,
         queue_wait: float = 30.0,
+        tenant_max_runs: int = 0,
         timeout: float = 600.0,
         reserve_space: Callable[[int], None] = lambda _: None,
     ) -> None:
@@ -158,6 +160,7 @@ class EvalService:
         self.incidents = incidents
         self.reserve_space = reserve_space  # raises InsufficientStorage before a write the disk cannot take
         self.timeout = timeout
+        self.tenant_max_runs = tenant_max_runs  # runs stored per tenant (runs confined to one); 0: no cap
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"  # this process, in leases and jobs
         self._admission = Admission(max_concurrent, queue_per_group, wait=queue_wait)  # this process's slots
         self._monitored: dict[str, Monitored] = {}  # by set, for the gauges; reloaded when a newer run lands
@@ -290,6 +293,7 @@ class EvalService:
         """The set's cases and the baseline to gate against (a monitoring run's default: the one named like the
         set, if any) with the policy it judges by, loaded before the run so that a bad name or a gate looser than
         the baseline's policy fails fast."""
+        self._check_tenant_cap(spec.tenant)
         cases = tenant_cases(self.cases(spec.set_name, tenant=spec.tenant), spec.tenant)
         if not cases:
             raise EvalError(f"set {spec.set_name!r} has no case for tenant {spec.tenant!r}")
@@ -302,6 +306,18 @@ class EvalService:
         elif spec.baseline:
             reference = self.runs.located(spec.baseline)
         return self._judged(spec, reference), cases, reference
+
+    def _check_tenant_cap(self, tenant: str | None) -> None:
+        """Refuse (507) a run confined to a tenant that has `tenant_max_runs` runs stored, before it starts (runs
+        over every tenant are not capped)."""
+        if tenant is None or not self.tenant_max_runs:
+            return
+        held = self.runs.count(tenant)
+        if held >= self.tenant_max_runs:
+            raise InsufficientStorage(
+                f"tenant {tenant!r} has {held:,} eval runs stored, its cap (PLUMBLINE_TENANT_MAX_RUNS): no run for it "
+                "is stored until the operator removes old runs or raises the cap"
+            )
 
     @staticmethod
     def _judged(spec: RunSpec, reference: Baseline | None) -> RunSpec:

@@ -22,6 +22,7 @@ import re
 import threading
 import time
 from array import array
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 
@@ -32,6 +33,7 @@ from service.errors import (
     Conflict,
     IndexMismatch,
     IngestFailed,
+    InsufficientStorage,
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
@@ -122,6 +124,7 @@ class IndexLimits:
 
     max_batch_documents: int = declared("max_batch_documents")
     max_document_chars: int = declared("max_document_chars")
+    tenant_max_documents: int = declared("tenant_max_documents")  # 0: no cap
 
 
 class Index:
@@ -183,6 +186,7 @@ class Index:
                 self._adopt_manifest()
             known = self._records([d.id for d in docs])
             self._check_owners(docs, known)
+            self._check_tenant_caps(docs, known)
             cycle = supersession.cycle(self.store, docs)
             if cycle:
                 raise InvalidRequest(f"supersedes would make a cycle: {' -> '.join(map(repr, cycle))}")
@@ -352,6 +356,23 @@ class Index:
             if cursor is None:
                 break
         return found, cursor
+
+    def _check_tenant_caps(self, docs: Sequence[Document], known: dict[str, _Record]) -> None:
+        """Refuse (`InsufficientStorage`, 507) a batch that would take a tenant past `limits.tenant_max_documents`:
+        its ids not yet held, counted against the tenant's document records under the write lock, so that two
+        batches cannot both slip under the cap. Documents of no tenant are not capped."""
+        cap = self.limits.tenant_max_documents
+        adding = Counter(d.tenant for d in docs if d.tenant is not None and d.id not in known)
+        if not cap or not adding:
+            return
+        for tenant, new in sorted(adding.items()):
+            held = self.count_records(Clause(must=(Match("tenant", tenant),)))
+            if held + new > cap:
+                raise InsufficientStorage(
+                    f"tenant {tenant!r} holds {held:,} documents and this batch adds {new:,} new ones, past its cap "
+                    f"of {cap:,} (PLUMBLINE_TENANT_MAX_DOCUMENTS): delete documents it no longer needs, or ask the "
+                    "operator to raise the cap"
+                )
 
     def count_records(self, where: Clause) -> int:
         """Document records matching `where` (`listing`'s filter): the committed documents, plus any record a write

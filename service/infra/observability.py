@@ -53,6 +53,12 @@ class ServiceMetrics:
             ["status"],
             registry=registry,
         )
+        self.writes_refused = Counter(
+            "plumbline_writes_refused",
+            "Writes refused as conflicting with what is stored (409) or invalid (422).",
+            ["status"],
+            registry=registry,
+        )
 
     def observe_stage(self, stage: str, seconds: float) -> None:
         self.stage_seconds.labels(stage).observe(seconds)

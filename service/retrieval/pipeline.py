@@ -1,6 +1,6 @@
 """The search pipeline, composed of the stage modules; `/search` and `/eval/run` both call it.
 
-    query ─► filter tree (request filters ∧ freshness ∧ tenant) ─► query embedding, keyword terms
+    query ─► filter tree (request filters ∧ freshness ∧ tenant) ─► query embedding, keyword terms (IDF over the tenant)
           ─► the engine's half, where the index lives (`service.retrieval.gather.gather` through `VectorStore.run`):
              dense top-N ∥ keyword top-N ─► committed generations ─► [weighted: rescore the union] ─► fusion
              ─► payloads of the top k (or the rerank depth)
@@ -21,7 +21,7 @@ from typing import Any
 
 from service.domain import FusionMethod, Hit, Mode, StageScore
 from service.errors import InvalidRequest
-from service.filters import FilterSpec, build_filter
+from service.filters import FilterSpec, build_filter, keyword_corpus
 from service.options import SearchOverrides
 from service.retrieval import fusion
 from service.retrieval.candidates import TIE_MARGIN
@@ -177,7 +177,7 @@ class SearchPipeline:
             if i in sparse and sparse[i].is_empty:
                 warnings[i].append("the query has no keyword terms after analysis (only stopwords?)")
             elif i in sparse:
-                keyword = VectorQuery(SPARSE, sparse[i], filters[i], depth)
+                keyword = VectorQuery(SPARSE, sparse[i], filters[i], depth, corpus=keyword_corpus(p.filters))
             show = max(p.k, p.rerank_depth if p.rerank else 0)
             asks.append(Ask(dense, keyword, p.candidates, show, p.mode, p.fusion, p.alpha, p.rrf_k, p.distinct_docs))
         start = time.perf_counter()

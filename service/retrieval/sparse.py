@@ -3,7 +3,9 @@
 A document (chunk) vector holds, for each term t with frequency tf in a text of dl terms,
 ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))``; a query vector holds each query term's count.
 The store's sparse vector uses Qdrant's IDF modifier, so the engine multiplies by
-``idf(t) = ln(1 + (N - n_t + 0.5) / (n_t + 0.5))`` at query time: the dot product is then Lucene's BM25.
+``idf(t) = ln(1 + (N - n_t + 0.5) / (n_t + 0.5))`` at query time: the dot product is then Lucene's BM25. N and n_t
+are counted over the search's tenant (`service.filters.keyword_corpus`); avgdl is a constant of the index (its
+manifest), baked into every chunk's vector, so no statistic of another tenant's can move a tenant's scores.
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ from sqlalchemy.exc import IntegrityError
 
 from eval.cases import Label
 from eval.errors import AlreadyExists, UnknownName
+from service.errors import InsufficientStorage
 from service.state import schema as t
+from service.state.audit import write_pending
 from service.state.schema import now_iso
 from service.state.tx import upsert, writing
 
@@ -118,8 +120,10 @@ class IncidentRecords:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def report(self, r: NewReport) -> tuple[Incident, bool]:
-        """Store one report, committed on return: (the incident, True if it merged into an existing one)."""
+    def report(self, r: NewReport, tenant_cap: int = 0) -> tuple[Incident, bool]:
+        """Store one report, committed on return: (the incident, True if it merged into an existing one). A tenant's
+        report past `tenant_cap` reports stored for it (0: no cap) is refused (`InsufficientStorage`), counted in
+        the same transaction."""
         now = now_iso()
         i = t.incidents
         stmt = (
@@ -146,6 +150,8 @@ class IncidentRecords:
             .returning(i.c.id, i.c.reports, i.c.labels)
         )
         with writing(self.engine) as conn:
+            if tenant_cap and r.tenant:
+                _check_cap(conn, r.tenant, tenant_cap)
             row = conn.execute(stmt).one()
             merged = row.reports > 1
             label = r.label.to_json()
@@ -166,6 +172,9 @@ class IncidentRecords:
                 )
             )
             _event(conn, row.id, r.reporter, "merged" if merged else "reported", {"label": label})
+            write_pending(
+                conn, target=str(row.id), target_tenant=r.tenant or None, detail={"merged": merged, "set": r.set_name}
+            )
         return self.get(row.id), merged
 
     def get(self, incident_id: int) -> Incident:
@@ -251,7 +260,7 @@ class IncidentRecords:
                     update(t.incidents)
                     .where(t.incidents.c.id == incident_id)
                     .values(**row, updated_at=now_iso())
-                    .returning(t.incidents.c.id)
+                    .returning(t.incidents.c.id, t.incidents.c.tenant)
                 ).first()
                 if found is None:
                     raise UnknownName(f"no incident {incident_id}")
@@ -260,6 +269,7 @@ class IncidentRecords:
                     _event(conn, incident_id, actor, action, detail)
                 for extra, extra_detail in also:
                     _event(conn, incident_id, actor, extra, extra_detail)
+                write_pending(conn, target=str(incident_id), target_tenant=found.tenant or None)
         except IntegrityError:
             raise AlreadyExists(
                 "another incident of this set and tenant already has that question: merge by reporting it there"
@@ -322,6 +332,18 @@ class IncidentRecords:
         query = select(i.c.status, i.c.category, func.count()).group_by(i.c.status, i.c.category)
         with self.engine.connect() as conn:
             return [(str(s), str(c), int(n)) for s, c, n in conn.execute(query).tuples()]
+
+
+def _check_cap(conn: Connection, tenant: str, cap: int) -> None:
+    i, reports = t.incidents, t.incident_reports
+    held = conn.scalar(
+        select(func.count()).select_from(reports.join(i, reports.c.incident_id == i.c.id)).where(i.c.tenant == tenant)
+    )
+    if held is not None and held >= cap:
+        raise InsufficientStorage(
+            f"tenant {tenant!r} has {held:,} incident reports stored, its cap (PLUMBLINE_TENANT_MAX_INCIDENT_REPORTS): "
+            "review and export the incidents it has (plumbline incidents export), or ask the operator to raise the cap"
+        )
 
 
 def _event(conn: Connection, incident_id: int, actor: str, action: str, detail: Mapping[str, Any]) -> None:

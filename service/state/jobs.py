@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, delete, func, insert, or_, select, update
 
 from service.state import schema as t
+from service.state.audit import write_pending
 from service.state.schema import iso, now_iso
 from service.state.tx import upsert, writing
 
@@ -85,6 +86,7 @@ class JobRecords:
                     started_by=started_by,
                 )
             )
+            write_pending(conn, target=run_id, target_tenant=tenant, detail={"kind": kind})
 
     def begin(self, run_id: str) -> bool:
         """A queued job's run got its slot: it is running now; False if it is not queued any more (cancelled)."""
@@ -122,6 +124,9 @@ class JobRecords:
             changed += conn.execute(
                 update(t.jobs).where(job, t.jobs.c.status == "queued").values(cancel=1, **ended)
             ).rowcount
+            if changed:
+                row = conn.execute(select(t.jobs.c.set_name, t.jobs.c.tenant).where(job)).one()
+                write_pending(conn, target=run_id, target_tenant=row.tenant, detail={"set": row.set_name})
         return bool(changed)
 
     def get(self, run_id: str) -> Job | None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, insert, select, update
 
 from service.state import schema as t
+from service.state.audit import write_pending
 from service.state.schema import iso, now_iso
 from service.state.tx import writing
 
@@ -60,6 +61,8 @@ class KeyRecords:
                     created_by=key.created_by[:200],
                 )
             )
+            detail = {"name": key.name, "roles": list(key.roles), "tenant": key.tenant}
+            write_pending(conn, target=key.key_id, target_tenant=key.tenant, detail=detail)
 
     def get(self, key_id: str) -> ApiKey | None:
         with self.engine.connect() as conn:
@@ -77,7 +80,7 @@ class KeyRecords:
         now = dt.datetime.now(dt.UTC)
         with writing(self.engine) as conn:
             row = conn.execute(
-                select(t.api_keys.c.secret_hash)
+                select(t.api_keys.c.secret_hash, t.api_keys.c.tenant)
                 .where(t.api_keys.c.key_id == key_id, t.api_keys.c.revoked_at.is_(None))
                 .with_for_update()
             ).first()
@@ -93,6 +96,7 @@ class KeyRecords:
                     rotated_at=iso(now),
                 )
             )
+            write_pending(conn, target=key_id, target_tenant=row.tenant)
         return True
 
     def revoke(self, key_id: str) -> bool:
@@ -102,8 +106,11 @@ class KeyRecords:
                 update(t.api_keys)
                 .where(t.api_keys.c.key_id == key_id, t.api_keys.c.revoked_at.is_(None))
                 .values(revoked_at=now_iso(), previous_hash=None, previous_expires_at=None)
-            )
-        return bool(done.rowcount)
+                .returning(t.api_keys.c.tenant)
+            ).first()
+            if done is not None:
+                write_pending(conn, target=key_id, target_tenant=done.tenant)
+        return done is not None
 
 
 def _key(row: object) -> ApiKey:

@@ -167,6 +167,8 @@ audit_log = Table(
     Column("target", Text, nullable=False),
     Column("detail", Text, nullable=False),  # JSON
     Column("request_id", String(100)),
+    # the tenant of what changed (a document, an incident, a run, a key's binding); None: what every tenant shares
+    Column("target_tenant", String(200)),
     Index("ix_audit_log_action", "action", "id"),
 )
 

@@ -42,7 +42,7 @@ from eval.errors import AlreadyExists
 from service.errors import InsufficientStorage, InvalidRequest, StoreUnavailable
 from service.infra import logs
 from service.state import schema as t
-from service.state.audit import AuditRecords
+from service.state.audit import AuditRecords, write_pending
 from service.state.incidents import IncidentRecords
 from service.state.jobs import JobRecords, LeaseRecords
 from service.state.keys import KeyRecords
@@ -52,7 +52,7 @@ from service.state.tx import one_at_a_time, writing
 MIGRATIONS = Path(__file__).parent / "migrations"
 # The newest migration's revision (a test holds it equal to alembic's head): a store already there opens without
 # alembic, whose import is 0.1 s of every server start and of every command that opens the store.
-HEAD = "0006"
+HEAD = "0007"
 CONNECT_TIMEOUT = 10  # seconds: an unreachable PostgreSQL is an error, not a hang
 SQLITE_BUSY_TIMEOUT = 30  # seconds a SQLite writer waits for another to finish
 
@@ -211,6 +211,7 @@ class StateStore:
         with writing(self.engine) as conn:
             conn.execute(delete(t.sets).where(t.sets.c.name == name))
             conn.execute(insert(t.sets).values(name=name, body=body, updated_at=now_iso()))
+            write_pending(conn, target=name, detail={"cases": len(body.splitlines())})  # a case a line
 
     def set_names(self) -> list[str]:
         with self.engine.connect() as conn:
@@ -246,10 +247,28 @@ class StateStore:
                     tenant=tenant,
                 )
             )
+            write_pending(
+                conn,
+                target=run_id,
+                target_tenant=tenant,
+                detail=lambda: {"kind": kind, "gate": json.loads(summary).get("gate")},  # read for an entry only
+            )
 
     def get_run(self, run_id: str) -> str | None:
         with self.engine.connect() as conn:
             return conn.scalar(select(t.runs.c.record).where(t.runs.c.run_id == run_id))
+
+    def delete_run(self, run_id: str) -> bool:
+        """Remove a stored run (a baseline keeps its own copy of its run); False if there was none."""
+        runs = t.runs.c
+        with writing(self.engine) as conn:
+            gone = conn.execute(
+                delete(t.runs).where(runs.run_id == run_id).returning(runs.set_name, runs.kind, runs.tenant)
+            ).first()
+            if gone is not None:
+                detail = {"set": gone.set_name, "kind": gone.kind}
+                write_pending(conn, target=run_id, target_tenant=gone.tenant, detail=detail)
+        return gone is not None
 
     def run_summaries(
         self, limit: int, offset: int, set_name: str | None, kind: str | None, tenant: str | None = None
@@ -279,6 +298,11 @@ class StateStore:
             for r in rows
         ]
 
+    def count_runs(self, tenant: str) -> int:
+        """Runs stored confined to `tenant`."""
+        with self.engine.connect() as conn:
+            return int(conn.scalar(select(func.count()).select_from(t.runs).where(t.runs.c.tenant == tenant)) or 0)
+
     def latest_run_ids(self, kind: str) -> list[tuple[str, str]]:
         """(set, run id) of the newest run of `kind` of each set (run ids sort by time)."""
         query = (
@@ -305,6 +329,8 @@ class StateStore:
             raise AlreadyExists(f"baseline {name!r} was just created by another request; send replace: true") from None
 
     def _put_baseline(self, name: str, run_id: str, record: str, *, replace: bool) -> str | None:
+        from eval.storage import canonical_digest  # here: eval.storage's import (numpy) would slow every command
+
         with writing(self.engine) as conn:
             old = conn.execute(
                 select(t.baselines.c.run_id, t.baselines.c.record).where(t.baselines.c.name == name).with_for_update()
@@ -324,7 +350,12 @@ class StateStore:
                 )
             else:
                 conn.execute(insert(t.baselines).values(name=name, run_id=run_id, record=record, promoted_at=now_iso()))
-        return old.run_id if old is not None else None
+            replaced = old.run_id if old is not None else None
+            # with `Baseline.sha256` of the baseline as stored (computed only for an audit entry)
+            write_pending(
+                conn, target=name, detail=lambda: {"replaced": replaced, "sha256": canonical_digest(json.loads(record))}
+            )
+        return replaced
 
     def baseline_history(self, name: str) -> list[tuple[str, str]]:
         """(run id, replaced at) of each replaced baseline `name`, oldest first."""

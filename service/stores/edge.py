@@ -4,7 +4,8 @@ The shard is created scanned (int8, rescored: `service.stores.edge_layout`); pas
 (`PLUMBLINE_INDEX_GRAPH_FROM`) a durable write reopens it with HNSW graphs and the engine's optimiser rebuilds every
 segment with one. The switch is one-way (a shard that shrinks keeps its graphs) and recorded by the engine in the
 shard's own configuration, which the store reads back when it opens. Sparse BM25 uses the engine's inverted index and
-IDF modifier. One process per directory: `service.infra.datadir.DataDirLock` is taken before this store is opened.
+IDF modifier, its statistics taken over a query's corpus (`VectorQuery.corpus`: the search's tenant). One process per
+directory: `service.infra.datadir.DataDirLock` is taken before this store is opened.
 
 Engine errors become `StoreUnavailable` with the file paths taken out (the log keeps them). After a
 failed write the engine may refuse every later one ("Not recovered from previous error") until it is
@@ -262,7 +263,7 @@ class EdgeStore:
                 query=qe.Query.Nearest(_vector(q.vector), using=q.using),
                 filter=filters[id(q.filter)],
                 with_payload=qe.PayloadSelector.Include(list(CANDIDATE_FIELDS)) if q.with_payload else False,
-                params=DENSE_SEARCH_PARAMS if q.using == DENSE else None,
+                params=DENSE_SEARCH_PARAMS if q.using == DENSE else _idf_over(q.corpus, filters),
             )
             for q in queries
         ]
@@ -360,6 +361,12 @@ def _persisted(path: Path) -> Any:
     """The configuration the engine keeps beside the shard's segments (no call of the binding reads it back)."""
     with _engine("read the index's configuration"):
         return json.loads((path / "edge_config.json").read_text())
+
+
+def _idf_over(corpus: Clause | None, filters: Mapping[int, Any]) -> Any:
+    """A sparse query's parameters: the engine's IDF over the points matching `corpus` (translated in `filters`),
+    or over the whole shard (None)."""
+    return None if corpus is None else qe.SearchParams(idf=qe.IdfParams(corpus=filters[id(corpus)]))
 
 
 def _sparse(vector: SparseVector) -> Any:

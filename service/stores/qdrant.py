@@ -9,7 +9,8 @@ exponential backoff, `QdrantOptions.retries` times. Past them the call raises `S
 the store is marked down: `health()` says why (readiness turns false), later calls make a single attempt (a
 downed server answers 503 at once instead of after the retries), and a background probe clears the mark when the
 server answers again. The collection's layout (shards, replicas, quantisation, HNSW, on-disk storage) is set
-when it is created; an existing collection keeps its own.
+when it is created; an existing collection keeps its own. The server must be Qdrant 1.19 or later, the first whose
+searches take an IDF corpus (a tenant's keyword statistics); an older one is refused when the store is opened.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -82,6 +84,7 @@ BACKOFF_SECONDS = 0.1  # before the first retry; doubled before each further one
 PROBE_SECONDS = 2.0  # how often a store marked down is probed
 RETRY_AFTER_CAP = 2.0  # the longest a 429's Retry-After makes a request wait before its next attempt
 TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
+MIN_SERVER = (1, 19)  # the first release whose searches take an IDF corpus (`params.idf`)
 
 
 @dataclass(frozen=True)
@@ -150,12 +153,23 @@ class QdrantStore:
         )
 
     def ensure_schema(self, dimension: int) -> None:
+        self._check_version()
         if not self._call("read the collection", lambda: self.client.collection_exists(self.collection)):
             self._create(dimension)
         existing = self._call("read the collection", lambda: self.client.get_collection(self.collection)).payload_schema
         for field in PAYLOAD_INDEXES:
             if field not in existing:
                 self._index_field(field)
+
+    def _check_version(self) -> None:
+        """Refuse a server older than `MIN_SERVER`, which cannot take a search's IDF corpus (`_idf_over`)."""
+        version = self._call("read its version", self.client.info).version
+        if _older_than_needed(version):
+            raise StoreUnavailable(
+                f"the Qdrant server runs version {version}; Plumbline needs {MIN_SERVER[0]}.{MIN_SERVER[1]} or later, "
+                "which scores a tenant's keyword searches over that tenant's documents only. Upgrade the server (its "
+                "collections are kept as they are), then start Plumbline again."
+            )
 
     def _index_field(self, field: str) -> None:
         schema: Any = _SCHEMA[PAYLOAD_INDEXES[field]]
@@ -222,7 +236,7 @@ class QdrantStore:
                 filter=filters[id(q.filter)],
                 limit=q.limit,
                 with_payload=list(CANDIDATE_FIELDS) if q.with_payload else False,
-                params=self._dense_params if q.using == DENSE else None,
+                params=self._dense_params if q.using == DENSE else _idf_over(q.corpus, filters),
             )
             for q in queries
         ]
@@ -363,6 +377,12 @@ class QdrantStore:
                     return
 
 
+def _older_than_needed(version: str) -> bool:
+    """Whether a server's version ("1.18.2", "v1.19.0-rc1") is before `MIN_SERVER` (one it does not say is let by)."""
+    release = re.match(r"v?(\d+)\.(\d+)", version)
+    return release is not None and (int(release[1]), int(release[2])) < MIN_SERVER
+
+
 def _backoff(exc: Exception, attempt: int) -> float:
     """Seconds to wait before the next attempt: the server's Retry-After (at most 2 s), else exponential."""
     if isinstance(exc, ResourceExhaustedResponse):
@@ -394,6 +414,12 @@ def _server_error(content: bytes) -> str:
     except (ValueError, KeyError, TypeError):
         return ""
     return f": {str(error)[:200]}" if isinstance(error, str) else ""
+
+
+def _idf_over(corpus: Clause | None, filters: Mapping[int, Any]) -> m.SearchParams | None:
+    """A sparse query's parameters: the server's IDF over the points matching `corpus` (translated in `filters`; Qdrant
+    1.19 or later), or over the whole shard (None)."""
+    return None if corpus is None else m.SearchParams(idf=m.IdfCorpusParams(corpus=filters[id(corpus)]))
 
 
 def _sparse(vector: SparseVector) -> Any:

@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service.access.keys import create_key, revoke_key, rotate_key
 from service.api.admin_schemas import AuditOut, AuditPage, KeyIn, KeyOut, NewKeyOut, RotateIn
-from service.api.auth import AUTH_RESPONSES, Admin, audit
+from service.api.auth import AUTH_RESPONSES, Admin, audited
 from service.api.deps import RuntimeDep
 from service.errors import NotReady
 from service.inputs import UtcDatetime
@@ -32,8 +32,8 @@ def new_key(body: KeyIn, runtime: RuntimeDep, caller: Admin) -> NewKeyOut:
     state = runtime.state
     if state is None:
         raise NotReady("the state store is not open yet; retry shortly")
-    key, token = create_key(state.keys, body.name, body.roles, body.tenant, caller)
-    audit(runtime, caller, "key.create", key.key_id, {"name": key.name, "roles": list(key.roles), "tenant": key.tenant})
+    with audited(runtime, caller, "key.create"):  # with the key's row
+        key, token = create_key(state.keys, body.name, body.roles, body.tenant, caller)
     return NewKeyOut(**KeyOut.of(key).model_dump(), key=token)
 
 
@@ -41,8 +41,8 @@ def new_key(body: KeyIn, runtime: RuntimeDep, caller: Admin) -> NewKeyOut:
 def rotate(key_id: KeyId, body: RotateIn, runtime: RuntimeDep, caller: Admin) -> NewKeyOut:
     """A new secret for the key; the old one keeps working for `grace_seconds`."""
     auth = runtime.authenticator
-    token = rotate_key(auth, key_id, body.grace_seconds)
-    audit(runtime, caller, "key.rotate", key_id, {"grace_seconds": body.grace_seconds})
+    with audited(runtime, caller, "key.rotate", key_id, {"grace_seconds": body.grace_seconds}):  # with the new hash
+        token = rotate_key(auth, key_id, body.grace_seconds)
     key = next(k for k in auth.all_keys() if k.key_id == key_id)
     return NewKeyOut(**KeyOut.of(key).model_dump(), key=token)
 
@@ -51,8 +51,8 @@ def rotate(key_id: KeyId, body: RotateIn, runtime: RuntimeDep, caller: Admin) ->
 def revoke(key_id: KeyId, runtime: RuntimeDep, caller: Admin) -> KeyOut:
     """Revoke the key at once (on other replicas within a few seconds)."""
     auth = runtime.authenticator
-    revoke_key(auth, key_id)
-    audit(runtime, caller, "key.revoke", key_id, {})
+    with audited(runtime, caller, "key.revoke", key_id):  # with the revocation
+        revoke_key(auth, key_id)
     return KeyOut.of(next(k for k in auth.all_keys() if k.key_id == key_id))
 
 
@@ -62,12 +62,14 @@ async def audit_log(
     _: Admin,
     action: str | None = None,
     actor: str | None = None,
+    target_tenant: Annotated[str | None, Query(description="entries changing what this tenant holds")] = None,
     since: Annotated[UtcDatetime | None, Query(description="at or after (ISO 8601)")] = None,
     before: Annotated[int | None, Query(ge=1, le=2**31 - 1, description="page on: the last page's next_before")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
-    """Every write, and refused requests (401 and 403, `auth.denied`, rate-limited), newest first: who (key name and
-    id), what (action, target, details) and when."""
+    """Every write, and refused requests (401 and 403, `auth.denied`; writes refused with 409 or 422,
+    `write.refused`; rate-limited), newest first: who (key name and id, and its tenant), what (action, target, the
+    target's tenant, details) and when."""
     found = await run_in_threadpool(
         runtime.audit.page,
         before=before,
@@ -75,6 +77,7 @@ async def audit_log(
         action=action,
         actor=actor,
         since=iso(since) if since else None,
+        target_tenant=target_tenant,
     )
     return {
         "entries": [AuditOut(**asdict(e)).model_dump() for e in found],

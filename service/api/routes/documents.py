@@ -6,11 +6,11 @@ for another tenant is a 409, and a tenant-bound key sees another tenant's docume
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from service.api.auth import AUTH_RESPONSES, DocumentReader, Ingester, audit
+from service.api.auth import AUTH_RESPONSES, DocumentReader, Ingester, audited
 from service.api.convert import to_document
 from service.api.deps import DocumentsDep, RuntimeDep
 from service.api.schemas import (
@@ -33,11 +33,20 @@ router = APIRouter(tags=["documents"], responses=AUTH_RESPONSES)
 def ingest(body: IngestRequest, documents: DocumentsDep, runtime: RuntimeDep, caller: Ingester) -> IngestResponse:
     """Index a batch: all or nothing. Re-sending a document id replaces that document atomically; an id another
     tenant holds is a 409. A tenant-bound key writes its own tenant (naming another is a 403)."""
-    docs, result = documents.ingest(caller, [to_document(d) for d in body.documents])
+    target = ", ".join(d.id for d in body.documents[:20])
+    with audited(runtime, caller, "documents.ingest", target, after=True) as entry:  # the index's commit: no SQL
+        docs, result = documents.ingest(caller, [to_document(d) for d in body.documents])
+        detail: dict[str, Any] = {
+            "documents": [d.id for d in docs],
+            "chunks": result.chunks,
+            "unchanged": result.unchanged,
+        }
+        tenants = {d.tenant for d in docs}
+        if len(tenants) > 1:  # an unbound key's batch of several tenants' documents: its detail names them
+            detail["tenants"] = sorted(tenants, key=lambda tenant: tenant or "")
+        entry.fill(target_tenant=tenants.pop() if len(tenants) == 1 else None, detail=detail)
     if runtime.metrics:
         runtime.metrics.ingested_chunks.inc(result.chunks)
-    detail = {"documents": [d.id for d in docs], "chunks": result.chunks, "unchanged": result.unchanged}
-    audit(runtime, caller, "documents.ingest", ", ".join(d.id for d in docs[:20]), detail)
     return IngestResponse(documents=result.documents, chunks=result.chunks, unchanged=result.unchanged)
 
 
@@ -83,6 +92,7 @@ def get_document(doc_id: str, documents: DocumentsDep, caller: DocumentReader) -
 
 @router.delete("/documents/{doc_id:path}", response_model=DeleteResponse)
 def delete_document(doc_id: str, documents: DocumentsDep, runtime: RuntimeDep, caller: Ingester) -> DeleteResponse:
-    deleted = documents.delete(caller, doc_id)
-    audit(runtime, caller, "documents.delete", doc_id, {"deleted_chunks": deleted})
+    with audited(runtime, caller, "documents.delete", doc_id, after=True) as entry:  # the index's commit: no SQL
+        deleted, tenant = documents.delete(caller, doc_id)
+        entry.fill(target_tenant=tenant, detail={"deleted_chunks": deleted})
     return DeleteResponse(id=doc_id, deleted_chunks=deleted)

@@ -13,7 +13,7 @@ from eval.present import EvalReportOut, report_json
 from eval.report import build_report
 from eval.storage import Baseline
 from eval.trec import trec_run_lines
-from service.api.auth import AUTH_RESPONSES, EvalAdmin, EvalRunner, audit
+from service.api.auth import AUTH_RESPONSES, EvalAdmin, EvalRunner, audited
 from service.api.convert import gate_policy, policy_body, run_options
 from service.api.deps import EvaluationsDep, IndexDep, PipelineDep, RuntimeDep, SettingsDep
 from service.api.schemas import (
@@ -22,6 +22,7 @@ from service.api.schemas import (
     EvalJobOut,
     EvalRunRequest,
     ProgressOut,
+    RunDeleted,
     RunSummary,
     SetSummary,
 )
@@ -51,14 +52,13 @@ def run_eval(
     evaluations.authorize(caller, monitoring=body.monitoring)
     options = run_options(body)
     if body.run_async:
-        spec, run_id = evaluations.submit(caller, options, pipeline)
-        audit(runtime, caller, "eval.run", run_id, {"set": body.set, "kind": spec.kind, "async": True})
+        with audited(runtime, caller, "eval.run", detail={"set": body.set, "async": True}):  # with the job's row
+            _, run_id = evaluations.submit(caller, options, pipeline)
         response.status_code = status.HTTP_202_ACCEPTED
         response.headers["Location"] = f"/eval/runs/{run_id}"
         return _job_out(evaluations.job(caller, run_id))
-    spec, ev = evaluations.run(caller, options, pipeline)
-    gate = ev.run.gate.verdict if ev.run.gate else None
-    audit(runtime, caller, "eval.run", ev.run.run_id, {"set": body.set, "kind": spec.kind, "gate": gate})
+    with audited(runtime, caller, "eval.run", detail={"set": body.set}):  # with the run's row
+        _, ev = evaluations.run(caller, options, pipeline)
     return {**report_json(ev.run, ev.report, ev.gate, cases=body.include_cases), "warnings": list(ev.warnings)}
 
 
@@ -103,13 +103,23 @@ def get_run(
     return report_json(run, build_report(run), None, cases=include_cases)
 
 
+@router.delete("/runs/{run_id}", response_model=RunDeleted)
+def delete_run(run_id: str, evaluations: EvaluationsDep, runtime: RuntimeDep, caller: EvalRunner) -> RunDeleted:
+    """Remove a stored run (a baseline promoted from it keeps its own copy). A tenant-bound key removes its tenant's
+    runs, which frees its share of `PLUMBLINE_TENANT_MAX_RUNS`; a run over every tenant or a monitoring run needs
+    `eval:admin`."""
+    with audited(runtime, caller, "eval.delete", run_id):  # with the run's deletion
+        run = evaluations.delete_run(caller, run_id)
+    return RunDeleted(run_id=run_id, set=run.set_name, kind=run.kind)
+
+
 @router.post("/runs/{run_id}/cancel", response_model=EvalJobOut, status_code=status.HTTP_202_ACCEPTED)
 def cancel_run(run_id: str, evaluations: EvaluationsDep, runtime: RuntimeDep, caller: EvalRunner) -> EvalJobOut:
     """Stop a background run before its next batch of questions (on whichever replica runs it), or a queued one at
     once; 409 if it is neither. The key that started a run may stop it, and an `eval:admin` key any run; a
     monitoring run only an `eval:admin` key."""
-    job = evaluations.cancel(caller, run_id)
-    audit(runtime, caller, "eval.cancel", run_id, {"set": job.set_name})
+    with audited(runtime, caller, "eval.cancel", run_id):  # with the job's cancel flag
+        evaluations.cancel(caller, run_id)
     return _job_out(evaluations.job(caller, run_id))
 
 
@@ -144,11 +154,11 @@ def promote(
     make it stricter); an existing one needs `replace: true` and is kept in history. A packaged baseline's name is
     read-only; `shadow: true` (the admin role) hides it deliberately."""
     policy = gate_policy(body.policy, settings)
-    stored, replaced = evaluations.promote(
-        caller, body.run_id, body.name, policy, replace=body.replace, shadow=body.shadow
-    )
-    detail = {"run_id": body.run_id, "replaced": replaced, "shadow": body.shadow, "sha256": stored.sha256}
-    audit(runtime, caller, "baseline.promote", body.name, {**detail, "policy": policy.to_json()})
+    detail = {"run_id": body.run_id, "shadow": body.shadow, "policy": policy.to_json()}
+    with audited(runtime, caller, "baseline.promote", body.name, detail):  # with the baseline's row
+        _, replaced = evaluations.promote(
+            caller, body.run_id, body.name, policy, replace=body.replace, shadow=body.shadow
+        )
     return _baseline_out(body.name, *evaluations.baseline(body.name), replaced=replaced)
 
 
@@ -199,7 +209,7 @@ async def import_set(
     stored even if some cases name documents the index does not hold; `warnings` says which. A packaged set's
     name is read-only (409) unless an admin shadows it deliberately."""
     body = await request.body()
-    cases = await run_in_threadpool(evaluations.put_set, caller, name, body, shadow=shadow)
-    await run_in_threadpool(audit, runtime, caller, "set.put", name, {"cases": len(cases), "shadow": shadow})
+    with audited(runtime, caller, "set.put", name, {"shadow": shadow}):  # with the set's row
+        cases = await run_in_threadpool(evaluations.put_set, caller, name, body, shadow=shadow)
     warnings = await run_in_threadpool(unknown_documents, index.store, cases)
     return SetSummary(name=name, cases=len(cases), warnings=warnings, source=evaluations.evals.sets.source(name))

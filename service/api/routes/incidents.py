@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query, status
 from starlette.concurrency import run_in_threadpool
 
 from eval.incidents import CASE_PREFIX
-from service.api.auth import AUTH_RESPONSES, IncidentReader, Reporter, Reviewer, audit
+from service.api.auth import AUTH_RESPONSES, IncidentReader, Reporter, Reviewer, audited
 from service.api.deps import IncidentDeskDep, IndexDep, PipelineDep, RuntimeDep
 from service.api.incident_schemas import IncidentCreated, IncidentIn, IncidentOut, IncidentPage, IncidentPatch
 from service.evaluation.incidents import IncidentReport
@@ -36,9 +36,8 @@ async def report_incident(
     tenant-bound key reports for its own tenant."""
     filters = body.filters.model_dump(mode="json", exclude_defaults=True)
     report = IncidentReport(**body.model_dump(exclude={"filters"}), filters=filters)
-    done = await run_in_threadpool(desk.report, caller, report, index, pipeline)
-    detail = {"merged": done.merged, "set": done.incident.set_name, "reporter": body.reporter}
-    await run_in_threadpool(audit, runtime, caller, "incident.report", str(done.incident.id), detail)
+    with audited(runtime, caller, "incident.report", detail={"reporter": body.reporter}):  # with the report's rows
+        done = await run_in_threadpool(desk.report, caller, report, index, pipeline)
     out = incident_json(done.incident)
     return {**out, "duplicate_of": done.incident.id if done.merged else None, "triage_error": done.triage_error}
 
@@ -103,10 +102,10 @@ async def review_incident(
         changes["labels"] = [label.model_dump(exclude_none=True) for label in body.labels]
     if body.filters is not None:
         changes["filters"] = body.filters.model_dump(mode="json", exclude_defaults=True)
-    updated = await run_in_threadpool(desk.review, caller, incident_id, body.reviewer, changes, index)
     detail = {"reviewer": body.reviewer, **{k: v for k, v in changes.items() if k in ("status", "reason", "scope")}}
     detail["changed"] = sorted(changes)
-    await run_in_threadpool(audit, runtime, caller, "incident.review", str(incident_id), detail)
+    with audited(runtime, caller, "incident.review", str(incident_id), detail):  # with the incident's change
+        updated = await run_in_threadpool(desk.review, caller, incident_id, body.reviewer, changes, index)
     return incident_json(updated, detail=True)
 
 

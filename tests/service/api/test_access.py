@@ -27,6 +27,7 @@ TABLE: list[tuple[str, str, dict[str, Any], tuple[str, ...]]] = [
     ("GET", "/eval/runs", {}, ("eval:run",)),
     ("GET", "/eval/runs/{run_id}", {"url": "/eval/runs/20990101T000000-ffffff"}, ("eval:run",)),
     ("POST", "/eval/runs/{run_id}/cancel", {"url": "/eval/runs/20990101T000000-ffffff/cancel"}, ("eval:run",)),
+    ("DELETE", "/eval/runs/{run_id}", {"url": "/eval/runs/20990101T000000-ffffff"}, ("eval:run",)),
     ("GET", "/eval/runs/{run_id}/trec", {"url": "/eval/runs/20990101T000000-ffffff/trec"}, ("eval:run",)),
     ("POST", "/eval/baselines", {"json": {"run_id": "20990101T000000-ffffff", "name": "b"}}, ("eval:admin",)),
     ("GET", "/eval/baselines/{name}", {"url": "/eval/baselines/handbook"}, ("eval:run",)),

@@ -43,6 +43,20 @@ def test_ready_only_after_warm_up(tmp_path: Path) -> None:
         assert ready.json()["chunks"] == 0
 
 
+@pytest.mark.parametrize("metrics_auth", [False, True])
+def test_ready_shows_the_index_size_only_where_metrics_are_open(tmp_path: Path, metrics_auth: bool) -> None:
+    # the counts are over every tenant, and the health checks need no key: with metrics_auth on, they are only
+    # on /metrics (plumbline_index_points), for the metrics role
+    settings = Settings(data_dir=tmp_path, index_copies=1, metrics_auth=metrics_auth)
+    app = create_app(settings, components=Components(embedder=lambda _: FakeEmbedder()))
+    with TestClient(app) as client:
+        assert app.state.runtime.wait(timeout=30)
+        ready = client.get("/health/ready")
+    assert ready.status_code == 200
+    counts = {k: ready.json()[k] for k in ("documents", "chunks")}
+    assert counts == ({"documents": None, "chunks": None} if metrics_auth else {"documents": 0, "chunks": 0})
+
+
 def test_failed_warm_up_is_reported(tmp_path: Path) -> None:
     def broken(_: Settings) -> Embedder:
         raise OSError("model folder not found: /nowhere")

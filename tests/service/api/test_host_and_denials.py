@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from service.api.app import accepted_hosts, create_app, host_name
 from service.runtime import Components
 from service.settings import Settings
-from service.state.audit import DenialThrottle
+from service.state.audit import RefusalThrottle
 from tests.fakes import FakeEmbedder
 from tests.service.api.access_helpers import auth, make_key, secured_client
 
@@ -160,7 +160,7 @@ def test_a_key_without_the_role_is_audited_naming_the_role_it_lacks(settings: Se
 
 def test_the_throttle_writes_one_row_per_caller_a_window_and_carries_the_count() -> None:
     now = [0.0]
-    throttle = DenialThrottle(window=60, rows=3, clock=lambda: now[0])
+    throttle = RefusalThrottle(window=60, rows=3, clock=lambda: now[0])
     assert throttle.admit("address 10.0.0.1", 401, "GET /documents", "a" * 16) == {"suppressed": 0}
     for _ in range(9):
         assert throttle.admit("address 10.0.0.1", 401, "GET /documents", "b" * 16) is None

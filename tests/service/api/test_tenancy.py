@@ -317,3 +317,41 @@ def test_a_bound_reviewer_cannot_promote(client: TestClient, larkspur: dict[str,
     assert posted.json()["scope"] == "all"
     asked = {"scope": "tenant", "reviewer": "ops/ana", "reason": "x"}
     assert client.patch(f"/eval/incidents/{posted.json()['incident_id']}", headers=admin, json=asked).status_code == 422
+
+
+def test_a_tenant_is_held_to_its_storage_caps_and_can_free_its_share(settings: Settings) -> None:
+    caps = {"tenant_max_documents": 3, "tenant_max_incident_reports": 2, "tenant_max_runs": 1}
+    with seeded_client(settings.model_copy(update=caps), LARKSPUR) as client:
+        larkspur = auth(make_key(client, *TENANT_ROLES, tenant="larkspur"))
+        admin = auth(make_key(client, "eval:run", "eval:admin", name="admin"))
+        assert client.put("/eval/sets/shared", headers=admin, content=SHARED).status_code == 200
+        # documents: larkspur holds 2; one more fits, the next is refused, naming the cap
+        vpn = docs(("larkspur/vpn", "larkspur", "# VPN\n\nVPN error LC-419 means the token expired: sign in again."))
+        assert client.post("/documents", headers=larkspur, json=vpn).status_code == 200
+        full = client.post("/documents", headers=larkspur, json=docs(("larkspur/x", "larkspur", "# X\n\nmore")))
+        assert full.status_code == 507
+        assert "PLUMBLINE_TENANT_MAX_DOCUMENTS" in full.json()["detail"]
+        ingest = auth(make_key(client, "ingest"))
+        assert client.post("/documents", headers=ingest, json=docs(("x", None, "# X\n\nok"))).status_code == 200
+        # incident reports, duplicates included
+        for _ in range(2):
+            assert client.post("/eval/incidents", headers=larkspur, json={**VPN, "set": "shared"}).status_code == 201
+        refused = client.post("/eval/incidents", headers=larkspur, json={**VPN, "set": "shared"})
+        assert refused.status_code == 507
+        assert "PLUMBLINE_TENANT_MAX_INCIDENT_REPORTS" in refused.json()["detail"]
+        # stored runs: the second is refused before it starts; deleting the first frees its place
+        first = client.post("/eval/run", headers=larkspur, json={"set": "shared", "k": [10]})
+        assert first.status_code == 200, first.text
+        refused = client.post("/eval/run", headers=larkspur, json={"set": "shared", "k": [10]})
+        assert refused.status_code == 507
+        assert "PLUMBLINE_TENANT_MAX_RUNS" in refused.json()["detail"]
+        assert client.post("/eval/run", headers=admin, json={"set": "shared", "k": [10]}).status_code == 200
+        gone = client.delete(f"/eval/runs/{first.json()['run_id']}", headers=larkspur)
+        assert gone.json() == {"run_id": first.json()["run_id"], "set": "shared", "kind": "manual"}
+        assert client.get(f"/eval/runs/{first.json()['run_id']}", headers=larkspur).status_code == 404
+        assert client.post("/eval/run", headers=larkspur, json={"set": "shared", "k": [10]}).status_code == 200
+        # a run over every tenant is everyone's: only eval:admin removes it
+        shared = client.get("/eval/runs", headers=admin).json()[-1]["run_id"]
+        assert client.delete(f"/eval/runs/{shared}", headers=larkspur).status_code == 404  # not visible to it
+        assert client.delete(f"/eval/runs/{shared}", headers=auth(make_key(client, "eval:run"))).status_code == 403
+        assert client.delete(f"/eval/runs/{shared}", headers=admin).status_code == 200

@@ -45,8 +45,8 @@ def test_keys_in_the_state_store(tmp_path: Path, capsys: pytest.CaptureFixture[s
         auth.forget(key_id)
         with pytest.raises(Unauthenticated):
             auth.authenticate(new)
-        actions = [e.action for e in state.audit.page()]
-        assert actions == ["key.revoke", "key.rotate", "key.create"]
+        actions = [(e.action, e.target, e.target_tenant) for e in state.audit.page()]
+        assert actions == [(a, key_id, "acme") for a in ("key.revoke", "key.rotate", "key.create")]
         assert state.audit.page()[0].actor.startswith("local CLI (")
     finally:
         state.close()

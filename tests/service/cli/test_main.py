@@ -200,9 +200,12 @@ def test_a_monitoring_run_in_process_is_stored_as_one(data_dir: Path, corpus: Pa
     state.close()
     assert main(["eval", "run", "--data-dir", str(data_dir), "--set", "mini", "--monitoring"]) == EXIT_OK
     state = open_state(f"sqlite:///{data_dir / 'state.db'}")
-    kinds = [r.kind for r in RunStore(state).summaries(set_name="mini")]
+    runs = RunStore(state).summaries(set_name="mini")
+    audited = state.audit.page(action="eval.run")  # written with the run, as the local CLI's
     state.close()
-    assert kinds == ["monitoring"]
+    assert [r.kind for r in runs] == ["monitoring"]
+    mine = [(e.detail["kind"], e.actor.startswith("local CLI (")) for e in audited if e.target == runs[0].run_id]
+    assert mine == [("monitoring", True)]
 
 
 @pytest.mark.process

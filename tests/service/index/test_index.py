@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 
 from service.domain import Document
-from service.errors import IndexMismatch, IngestFailed, InvalidRequest, NotFound, PayloadTooLarge, StoreUnavailable
+from service.errors import (
+    IndexMismatch,
+    IngestFailed,
+    InsufficientStorage,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    StoreUnavailable,
+)
 from service.filters import Clause, Match, of_kind
 from service.index.chunking import Chunker, ChunkerConfig
 from service.index.index import Index, IndexLimits, Manifest
@@ -374,3 +382,20 @@ def test_a_float64_embedding_is_stored_as_its_float32_values(store: EdgeStore) -
     assert len(stored) == len(expected) == 1
     want = expected[0].astype(np.float32)
     np.testing.assert_allclose(stored[0], want / np.linalg.norm(want), rtol=1e-6)  # the engine normalises for cosine
+
+
+def test_a_tenant_cannot_hold_more_documents_than_its_cap(store: EdgeStore) -> None:
+    index = make_index(store, limits=IndexLimits(tenant_max_documents=2))
+    acme = [replace(OTHER, id=f"acme/{n}", tenant="acme") for n in range(3)]
+    index.ingest(acme[:2])
+    with pytest.raises(InsufficientStorage, match=r"tenant 'acme' holds 2 documents and this batch adds 1 new"):
+        index.ingest([replace(acme[0], text="# VPN\n\nReconnect.\n"), acme[2]])  # a replacement rides along
+    assert index.documents() == 2  # the batch changed nothing
+    assert "Reconnect." not in texts(index, "acme/0")
+    index.ingest([replace(acme[0], text="# VPN\n\nReconnect.\n")])  # replacing what it holds adds nothing
+    assert "Reconnect." in texts(index, "acme/0")
+    index.ingest([replace(OTHER, id=f"beta/{n}", tenant="beta") for n in range(2)])  # another tenant's own cap
+    index.ingest([replace(OTHER, id=f"shared/{n}") for n in range(3)])  # documents of no tenant are not capped
+    index.delete("acme/1", lambda _: True)
+    index.ingest([acme[2]])  # a deletion frees its place
+    assert index.documents() == 7

@@ -185,8 +185,14 @@ def cases(n: int) -> str:
     )
 
 
-# the second PUT's own commit: the first PUT commits the set, then its audit entry
-@pytest.mark.parametrize(("point", "replaced"), [("state:before-commit#3", False), ("set:written#2", True)])
+def audited(c: httpx.Client, action: str) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = c.get("/admin/audit", params={"action": action}).json()["entries"]
+    return entries
+
+
+# the second PUT's own commit (the first PUT commits the set with its audit entry), and just after it: a set stored is
+# audited, one not stored is not
+@pytest.mark.parametrize(("point", "replaced"), [("state:before-commit#2", False), ("set:written#2", True)])
 def test_a_crash_while_replacing_a_labelled_set(tmp_path: Path, point: str, replaced: bool) -> None:
     data = tmp_path / "data"
     with ServerProcess(data, env={"PLUMBLINE_CRASH_AT": point}) as server:
@@ -198,5 +204,37 @@ def test_a_crash_while_replacing_a_labelled_set(tmp_path: Path, point: str, repl
         text = c.get("/eval/sets/s").text
         assert [case.id for case in parse_jsonl(text)] == [f"c{i}" for i in range(5 if replaced else 3)]
         assert [s["name"] for s in c.get("/eval/sets").json()] == ["handbook", "s"]
+        assert [e["detail"]["cases"] for e in audited(c, "set.put")] == ([5, 3] if replaced else [3])
+
+    restart_and_check_doctor(data, check)
+
+
+# The review is the restarted server's first write to the state store, killed at the first commit that request makes
+# or at the second (where an entry appended after the change would commit): after the restart the review and its audit
+# entry are both there or neither is, and a review answered is there.
+@pytest.mark.parametrize("nth", [1, 2])
+def test_an_incident_review_and_its_audit_entry_commit_together(tmp_path: Path, nth: int) -> None:
+    data = tmp_path / "data"
+    with ServerProcess(data) as server, server.client() as c:
+        assert c.post("/documents", json={"documents": [KEEP]}).status_code == 200
+        body = {"question": "who audits?", "doc_id": "keep", "evidence": "kestrel audits", "reporter": "ann"}
+        reported = c.post("/eval/incidents", json=body)
+        assert reported.status_code == 201, reported.text
+    incident = str(reported.json()["incident_id"])
+    review = {"reviewer": "rev", "status": "accepted", "reason": "a real miss"}
+    with ServerProcess(data, env={"PLUMBLINE_CRASH_AT": f"state:before-commit#{nth}"}) as server:
+        try:
+            with server.client() as c:
+                answered = c.patch(f"/eval/incidents/{incident}", json=review).status_code == 200
+        except httpx.TransportError:
+            assert server.wait() == -9, server.log
+            answered = False
+    assert answered or nth == 1  # the review commits once: killed at its commit, else answered
+
+    def check(c: httpx.Client) -> None:
+        reviewed = c.get(f"/eval/incidents/{incident}").json()["status"] == "accepted"
+        entries = [e["target"] for e in audited(c, "incident.review")]
+        assert (reviewed, entries) == ((True, [incident]) if answered else (False, []))
+        assert len(audited(c, "incident.report")) == 1
 
     restart_and_check_doctor(data, check)

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from service.domain import DocStatus, FusionMethod, Mode
+from service.domain import DocStatus, Document, FusionMethod, Mode
 from service.errors import InvalidRequest
 from service.filters import FilterSpec, parse_metadata_filters
+from service.index.chunking import Chunker, ChunkerConfig
 from service.index.index import Index
 from service.retrieval.pipeline import RERANK_OFF, SearchParams, SearchPipeline
+from service.retrieval.sparse import Bm25Params
+from service.retrieval.tokenizer import TokenizerConfig
+from service.stores.edge import EdgeStore
+from tests.fakes import FakeEmbedder
 
 SUPERSEDED = {"billing/pricing-2025", "hr/remote-work-policy-2024", "security/password-policy-2024"}
 NOT_SERVED = SUPERSEDED | {"product/roadmap-2027-draft", "it/legacy-vpn-setup", "hr/travel-freeze-2026"}
@@ -169,3 +175,68 @@ def test_bad_queries(pipeline: SearchPipeline) -> None:
         pipeline.search("   ", SearchParams())
     with pytest.raises(InvalidRequest, match="characters long"):
         pipeline.search("x" * 2001, SearchParams())
+
+
+ACME = [
+    Document(id="acme/refunds", title="Refunds", text="Refunds of annual plans within thirty days.", tenant="acme"),
+    Document(
+        id="acme/plans",
+        title="Plans",
+        text="Annual plans renew every year; monthly plans renew monthly.",
+        tenant="acme",
+    ),
+    Document(id="acme/vpn", title="VPN", text="The VPN client refunds nothing; it connects.", tenant="acme"),
+]
+GLOBEX = [
+    Document(id=f"globex/{n}", title="Refunds", text=f"Refunds desk number {n}: annual refunds.", tenant="globex")
+    for n in range(6)
+]
+
+
+def _index(path: Path) -> Index:
+    # a fixed mean chunk length: measured on the first batch, it would differ between the two indexes compared
+    return Index(
+        EdgeStore(path),
+        FakeEmbedder(),
+        Chunker(ChunkerConfig(size=200, overlap=0)),
+        TokenizerConfig(),
+        Bm25Params(avg_len=6.0),
+        measure_avg_len=False,
+    )
+
+
+def _keyword_scores(index: Index, tenant: str | None) -> dict[str, float]:
+    pipeline = SearchPipeline(index.store, index.embedder, index.encoder, None)
+    params = SearchParams(k=10, mode=Mode.KEYWORD, filters=FilterSpec(tenant=tenant))
+    return {h.chunk.chunk_id: h.score for h in pipeline.search("annual refunds", params).hits}
+
+
+def test_a_tenants_keyword_scores_depend_on_its_own_documents_only(tmp_path: Path) -> None:
+    shared = _index(tmp_path / "shared")
+    shared.ingest(ACME)
+    acme, everyone = _keyword_scores(shared, "acme"), _keyword_scores(shared, None)
+    assert set(acme) == {"acme/refunds#0", "acme/plans#0", "acme/vpn#0"}
+    shared.ingest(GLOBEX)  # another tenant's documents full of the query's terms
+    assert _keyword_scores(shared, "acme") == pytest.approx(acme, rel=1e-6)
+    # a search over every tenant is scored over the whole collection, where the terms are now common
+    assert _keyword_scores(shared, None)["acme/refunds#0"] < everyone["acme/refunds#0"]
+    shared.store.close()
+    reopened = _index(tmp_path / "shared")  # the statistics are the engine's own: a restart keeps them
+    assert _keyword_scores(reopened, "acme") == pytest.approx(acme, rel=1e-6)
+    # acme's own changes (a deletion, a new version, a superseding document) and another tenant's deletion
+    reopened.delete("acme/vpn")
+    changed = [
+        replace(ACME[0], text="Refunds of annual plans within sixty days, refunds in full."),
+        Document(
+            id="acme/plans-2027", title="Plans", text="Annual plans renew.", tenant="acme", supersedes="acme/plans"
+        ),
+    ]
+    reopened.ingest(changed)
+    reopened.delete("globex/0")
+    alone = _index(tmp_path / "alone")  # acme's documents as they now stand, and nobody else's
+    alone.ingest([ACME[1], *changed])
+    expected = _keyword_scores(alone, "acme")
+    assert set(expected) == {"acme/refunds#0", "acme/plans-2027#0"}  # fresh only: acme/plans is superseded
+    assert _keyword_scores(reopened, "acme") == pytest.approx(expected, rel=1e-6)
+    reopened.store.close()
+    alone.store.close()

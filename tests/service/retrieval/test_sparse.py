@@ -1,8 +1,10 @@
 """BM25 end to end against a reference: our document weights plus the engine's IDF must equal
-Lucene's BM25 computed directly (bm25s-style differential test on the demo handbook's chunks)."""
+Lucene's BM25 computed directly (bm25s-style differential test on the demo handbook's chunks), over the whole
+collection and, for a search confined to a tenant, over that tenant's chunks alone."""
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections import Counter
 from pathlib import Path
@@ -11,7 +13,7 @@ import numpy as np
 import pytest
 
 from service.domain import Document
-from service.filters import Clause, Match
+from service.filters import FilterSpec, build_filter, keyword_corpus
 from service.index.chunking import Chunker, ChunkerConfig
 from service.retrieval.sparse import Bm25Encoder, Bm25Params
 from service.retrieval.tokenizer import Tokenizer, TokenizerConfig
@@ -42,9 +44,11 @@ def reference_bm25(query: list[str], docs: list[list[str]], k1: float, b: float,
     return scores
 
 
-def test_engine_scores_equal_reference_bm25(handbook_docs: list[Document], tmp_path: Path) -> None:
+@pytest.mark.parametrize("tenant", [None, "larkspur", "fjord"])
+def test_engine_scores_equal_reference_bm25(handbook_docs: list[Document], tmp_path: Path, tenant: str | None) -> None:
     tokenizer = Tokenizer(TokenizerConfig())
-    chunks = [c for d in handbook_docs for c in Chunker(ChunkerConfig()).chunk(d)]
+    pairs = [(d, c) for d in handbook_docs for c in Chunker(ChunkerConfig()).chunk(d)]
+    chunks = [c for _, c in pairs]
     tokens = [tokenizer.tokens(c.embed_text) for c in chunks]
     params = Bm25Params(k1=0.9, b=0.4, avg_len=float(np.mean([len(t) for t in tokens])))
     encoder = Bm25Encoder(tokenizer, params)
@@ -54,19 +58,24 @@ def test_engine_scores_equal_reference_bm25(handbook_docs: list[Document], tmp_p
         [
             StorePoint(
                 f"00000000-0000-0000-0000-{i:012d}",
-                {"kind": "chunk", "chunk_id": c.chunk_id, "doc_id": c.doc_id, "gen": 1},
+                {"kind": "chunk", "chunk_id": c.chunk_id, "doc_id": c.doc_id, "gen": 1, "tenant": d.tenant},
                 dense=[1.0, 0.0, 0.0, 0.0],
                 sparse=encoder.encode_document(c.embed_text),
             )
-            for i, c in enumerate(chunks)
+            for i, (d, c) in enumerate(pairs)
         ]
     )
+    spec = FilterSpec(tenant=tenant)
+    where, corpus = build_filter(spec, fresh_only=False, now=dt.datetime.now(dt.UTC)), keyword_corpus(spec)
+    scope = [i for i, (d, _) in enumerate(pairs) if tenant is None or d.tenant == tenant]  # what the search sees
+    assert 0 < len(scope) < len(pairs) or tenant is None
     for q in QUERIES:
-        expected = reference_bm25(tokenizer.tokens(q), tokens, params.k1, params.b, params.avg_len)
-        [hits] = store.query([VectorQuery(SPARSE, encoder.encode_query(q), Clause(must=(Match("kind", "chunk"),)), 50)])
+        # the reference knows only the chunks in scope: its N and document frequencies are theirs
+        in_scope = reference_bm25(tokenizer.tokens(q), [tokens[i] for i in scope], params.k1, params.b, params.avg_len)
+        [hits] = store.query([VectorQuery(SPARSE, encoder.encode_query(q), where, 50, corpus=corpus)])
         got = {h.payload["chunk_id"]: h.score for h in hits}
-        top = np.argsort(-expected, kind="stable")[:50]
-        ref = {chunks[i].chunk_id: expected[i] for i in top if expected[i] > 0}
+        top = np.argsort(-in_scope, kind="stable")[:50]
+        ref = {chunks[scope[i]].chunk_id: in_scope[i] for i in top if in_scope[i] > 0}
         assert set(got) == set(ref), q
         ids = sorted(got)
         assert np.allclose([got[i] for i in ids], [ref[i] for i in ids], rtol=1e-4), q

@@ -62,7 +62,7 @@ def report(question: str = "What is the refund window?", *, reporter: str = "ann
 
 
 def test_migrations_build_exactly_the_declared_schema(state: StateStore) -> None:
-    assert state.revision() == HEAD == "0006"
+    assert state.revision() == HEAD == "0007"
     with state.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), metadata)
     assert diff == []
@@ -144,6 +144,27 @@ def test_jobs_started_before_keys_were_recorded_keep_their_rows_with_no_key(stat
     started = new.jobs.get("r1")
     assert started is not None
     assert started.started_by == "0123456789abcdef"
+    new.close()
+
+
+def test_audit_entries_written_before_target_tenants_were_recorded_keep_their_rows(state_url: str) -> None:
+    written_at(
+        state_url,
+        "0006",
+        "INSERT INTO audit_log (at, actor, tenant, action, target, detail) "
+        "VALUES ('2026-01-01T00:00:00.000000Z', 'ann (k1)', 'acme', 'documents.ingest', 'd1', '{\"chunks\": 2}')",
+    )
+    new = open_state(state_url)
+    [old] = new.audit.page()
+    assert (old.actor, old.tenant, old.target, old.detail, old.target_tenant) == (
+        "ann (k1)",
+        "acme",
+        "d1",
+        {"chunks": 2},
+        None,  # not recorded then
+    )
+    new.audit.append("bo (k2)", None, "documents.delete", "d1", {}, target_tenant="acme")
+    assert [e.actor for e in new.audit.page(target_tenant="acme")] == ["bo (k2)"]
     new.close()
 
 

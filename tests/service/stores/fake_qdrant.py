@@ -38,6 +38,7 @@ def fake_qdrant_app(local: QdrantClient, api_key: str | None = None) -> FastAPI:
     app.state.fail_when = None  # or a function of each request: a status to answer it with instead, or None
     app.state.requests = 0
     app.state.indexed = {}
+    app.state.version = None  # the version the root answers with (None: qdrant-client's)
 
     @app.middleware("http")
     async def check_key(request: Request, call_next: Callable[[Request], Any]) -> Any:
@@ -51,6 +52,11 @@ def fake_qdrant_app(local: QdrantClient, api_key: str | None = None) -> FastAPI:
             headers = {"Retry-After": "1"} if status == 429 else None
             return JSONResponse({"status": {"error": "injected failure"}}, status_code=status, headers=headers)
         return await call_next(request)
+
+    @app.get("/")
+    def root() -> JSONResponse:  # the one answer not wrapped in "result"
+        info = local.info().model_dump(mode="json")
+        return JSONResponse({**info, "version": app.state.version or info["version"]})
 
     @app.get("/collections/{name}/exists")
     def exists(name: str) -> JSONResponse:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import signal
 import subprocess
@@ -178,6 +179,37 @@ def test_sparse_scores_use_idf(store: VectorStore) -> None:
     )
     # chunk 4 has term 1 at weight 1.4 and term 3 at 0.5; IDF of term 1 (in all 12) is far below term 3 (in 4)
     assert common.score / 1.4 < rare.score / 0.5
+
+
+def _idf(points: int, with_term: int) -> float:
+    return math.log(1 + (points - with_term + 0.5) / (with_term + 0.5))
+
+
+def test_sparse_idf_over_a_corpus_counts_only_its_points(store: VectorStore) -> None:
+    acme = Clause(must=(Match("tenant", "acme"),))
+
+    def score(corpus: Clause | None) -> float:
+        chunk_1 = Clause(must=(Match("chunk_id", "d1#1"),))  # term 3 at weight 0.5
+        [[point]] = store.query([VectorQuery(SPARSE, SparseVector((3,), (1.0,)), chunk_1, 1, corpus=corpus)])
+        return point.score
+
+    # acme holds 8 of the 12 chunks (i % 3 != 0), 4 of them with term 3 (i % 3 == 1); record points have no vector
+    assert score(acme) == pytest.approx(0.5 * _idf(8, 4), rel=1e-5)
+    assert score(None) == pytest.approx(0.5 * _idf(12, 4), rel=1e-5)
+    globex = [
+        StorePoint(
+            _id(50 + i),
+            {"kind": "chunk", "chunk_id": f"g#{i}", "doc_id": "g", "gen": 1, "tenant": "globex"},
+            dense=[0.0, 1.0, 0.0, 0.0],
+            sparse=SparseVector((3,), (1.0,)),
+        )
+        for i in range(6)
+    ]
+    store.upsert(globex)  # another tenant's chunks holding term 3: the collection's IDF of it falls, acme's does not
+    assert score(acme) == pytest.approx(0.5 * _idf(8, 4), rel=1e-5)
+    assert score(None) == pytest.approx(0.5 * _idf(18, 10), rel=1e-5)
+    store.delete(Clause(must=(Match("chunk_id", "d0#4"),)))  # an acme chunk with term 3
+    assert score(acme) == pytest.approx(0.5 * _idf(7, 3), rel=1e-5)
 
 
 def test_delete_by_filter(store: VectorStore) -> None:

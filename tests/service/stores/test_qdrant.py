@@ -9,7 +9,7 @@ import time
 import pytest
 
 from service.errors import StoreUnavailable, StoreUnreachable
-from service.filters import Clause
+from service.filters import Clause, Match
 from service.stores.base import DENSE, PAYLOAD_INDEXES, SPARSE, SparseVector, StorePoint, VectorQuery
 from service.stores.qdrant import BACKOFF_SECONDS, PROBE_SECONDS, QdrantOptions, QdrantStore, connect
 from tests.service.stores.fake_qdrant import FakeQdrantServer
@@ -54,6 +54,32 @@ def test_the_collection_is_created_with_the_configured_layout_and_searched_with_
     assert dense.params.hnsw_ef == 77
     assert dense.params.quantization.rescore is True
     assert sparse.params is None
+
+
+def test_a_keyword_querys_corpus_is_sent_as_its_idf_corpus(fake_qdrant: FakeQdrantServer) -> None:
+    store = _store(fake_qdrant.url)
+    store.ensure_schema(2)
+    store.upsert([POINT])
+    acme = Clause(must=(Match("tenant", "acme"),))
+    store.query([VectorQuery(SPARSE, SparseVector((1,), (1.0,)), Clause(), 3, corpus=acme)])
+    [sparse] = fake_qdrant.app.state.searches
+    assert sparse.params.idf.corpus.must[0].key == "tenant"
+    assert sparse.params.idf.corpus.must[0].match.value == "acme"
+
+
+@pytest.mark.parametrize(("version", "refused"), [("1.18.2", True), ("v1.19.0-rc1", False), ("1.19.1", False)])
+def test_a_server_too_old_for_an_idf_corpus_is_refused(
+    fake_qdrant: FakeQdrantServer, version: str, refused: bool
+) -> None:
+    fake_qdrant.app.state.version = version
+    store = _store(fake_qdrant.url)
+    if refused:
+        with pytest.raises(StoreUnavailable, match=r"runs version 1\.18\.2; Plumbline needs 1\.19 or later"):
+            store.ensure_schema(2)
+        assert not fake_qdrant.local.collection_exists("c")  # refused before anything was created
+    else:
+        store.ensure_schema(2)
+    store.close()
 
 
 def test_without_quantisation_the_collection_has_none(fake_qdrant: FakeQdrantServer) -> None:
