@@ -23,7 +23,8 @@ from typing import Any
 
 from eval.errors import EvalError
 
-CASE_KEYS = {"id", "question", "relevant", "category", "source", "filters", "created_at"}
+CASE_KEYS = {"id", "question", "relevant", "category", "source", "filters", "created_at", "split", "generator"}
+SPLITS = ("tune", "test")  # a case's split: tuned on (sweeps choose there), or held out (the winner is reported there)
 LABEL_KEYS = {"doc_id", "chunk_id", "evidence", "grade"}
 MAX_ERRORS_SHOWN = 20
 
@@ -96,8 +97,13 @@ class Case:
     source: str = "unknown"
     filters: Mapping[str, Any] = field(default_factory=dict)
     created_at: str | None = None
+    split: str | None = None  # one of SPLITS; None: a sweep splits the case by a seeded hash of its id
+    # a synthetic case's maker: {"model": ..., "prompt_version": ...} (eval.synthetic); empty for a human's case
+    generator: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.split is not None and self.split not in SPLITS:
+            raise EvalError(f"split must be one of {list(SPLITS)}, got {self.split!r}")
         if not self.id:
             raise EvalError("id is empty")
         if not self.question.strip():
@@ -123,6 +129,10 @@ class Case:
             out["filters"] = dict(self.filters)
         if self.created_at:
             out["created_at"] = self.created_at
+        if self.split is not None:
+            out["split"] = self.split
+        if self.generator:
+            out["generator"] = dict(self.generator)
         return out
 
 
@@ -157,6 +167,9 @@ def case_from_json(obj: object) -> Case:
     filters = obj.get("filters") or {}
     if not isinstance(filters, dict):
         raise EvalError("filters must be an object")
+    generator = obj.get("generator") or {}
+    if not isinstance(generator, dict) or not all(isinstance(v, str) for v in generator.values()):
+        raise EvalError('generator must be an object of strings, e.g. {"model": "...", "prompt_version": "..."}')
     return Case(
         id=str(obj["id"]),
         question=obj["question"],
@@ -165,6 +178,8 @@ def case_from_json(obj: object) -> Case:
         source=str(obj.get("source") or "unknown"),
         filters=filters,
         created_at=obj.get("created_at"),
+        split=obj.get("split"),
+        generator=generator,
     )
 
 
