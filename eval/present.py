@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from eval.report import Group, Report
+from eval.report import SYNTHETIC, Group, Report
 from eval.runner import Run
 from eval.verdict import GatePolicy, GateResult
 
@@ -151,6 +151,9 @@ class EvalReportOut(BaseModel):
     primary_metric: str
     by_category: list[GroupOut]
     by_source: list[GroupOut]
+    by_origin: list[GroupOut] = Field(
+        default_factory=list, description="synthetic (LLM-written) and human cases apart, each with its count"
+    )
     diagnosis: list[FindingOut]
     gate: GateOut | None
     incidents: IncidentBucketOut | None = Field(
@@ -181,6 +184,7 @@ def report_out(run: Run, report: Report, gate: GateResult | None, *, cases: bool
         primary_metric=report.primary_metric,
         by_category=[_group(g) for g in report.by_category],
         by_source=[_group(g) for g in report.by_source],
+        by_origin=[_group(g) for g in report.by_origin],
         diagnosis=[FindingOut(**asdict(f)) for f in report.diagnosis],
         gate=GateOut.model_validate(verdict.to_json()) if verdict is not None else None,
         incidents=incident_bucket(run),
@@ -233,7 +237,10 @@ def format_table(run: Run, report: Report, gate: GateResult | None) -> str:
         return f"{g.name:<{width}} {g.cases:>5} " + " ".join(f"{g.metrics[c]:>12.3f}" for c in cols)
 
     lines.append(row(report.overall))
-    for title, groups in (("by category (worst first)", report.by_category), ("by source", report.by_source)):
+    sections = [("by category (worst first)", report.by_category), ("by source", report.by_source)]
+    if any(g.name == SYNTHETIC for g in report.by_origin):
+        sections.append(("synthetic and human cases apart (synthetic: written by an LLM)", report.by_origin))
+    for title, groups in sections:
         lines.append(f"-- {title}")
         lines.extend(row(g) for g in groups)
     lines.append("-- diagnosis")

@@ -41,6 +41,9 @@ class Finding:
     advice: str
 
 
+SYNTHETIC = "synthetic"  # the source of a case an LLM drafted (eval.synthetic)
+
+
 @dataclass(frozen=True)
 class Report:
     """Aggregates (overall, per category and per source, worst first) and the diagnosis of one run.
@@ -55,6 +58,9 @@ class Report:
     by_source: tuple[Group, ...]
     diagnosis: tuple[Finding, ...]
     primary_metric: str
+    # synthetic (LLM-written) cases and human ones (every other source) apart: a synthetic set can flatter or
+    # mislead, so its numbers are never read as if people had asked those questions
+    by_origin: tuple[Group, ...] = ()
 
 
 def mean_metrics(cases: Sequence[CaseResult]) -> dict[str, float]:
@@ -93,7 +99,19 @@ def build_report(run: Run, thresholds: Thresholds | None = None) -> Report:
             for f in _diagnose(f"category:{group.name}", group, members, k, thresholds or Thresholds())
             if f.problem != "none"
         )
-    return Report(overall, by_category, _groups(run.cases, lambda c: c.source, primary), tuple(findings), primary)
+    by_source = _groups(run.cases, lambda c: c.source, primary)
+    by_origin = _groups(run.cases, lambda c: origin(c.source), primary)
+    return Report(overall, by_category, by_source, tuple(findings), primary, by_origin)
+
+
+def origin(source: str) -> str:
+    """`synthetic` for a case an LLM wrote (`source: synthetic`), `human` for every other.
+
+    Example:
+        >>> origin("synthetic"), origin("incident"), origin("unknown")
+        ('synthetic', 'human', 'human')
+    """
+    return SYNTHETIC if source == SYNTHETIC else "human"
 
 
 def _diagnose(scope: str, group: Group, cases: Sequence[CaseResult], k: int, t: Thresholds) -> list[Finding]:

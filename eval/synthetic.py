@@ -431,6 +431,8 @@ def parse_check(data: object) -> tuple[bool | None, str]:
     value = data.get("answerable")
     reason = data.get("reason")
     reason = " ".join(reason.split()) if isinstance(reason, str) else ""
+    if reason.casefold() in PLACEHOLDERS:  # the prompt's example echoed: the model judged nothing
+        return None, f"unreadable check reply: the reason is the prompt's placeholder {reason!r}"
     if isinstance(value, bool):
         return value, reason
     if isinstance(value, str) and value.strip().casefold() in _YES | _NO:
@@ -445,13 +447,17 @@ PRONOUN_LED = "pronoun_led"
 REFERS_TO_SOURCE = "refers_to_source"
 TITLE_ONLY = "title_only"
 COPIED = "copied"
+NOT_A_QUESTION = "not_a_question"
 REASONS: dict[str, str] = {
     TOO_SHORT: "too short to be a real question (fewer than min_words words; a Han or kana character is half a word)",
     PRONOUN_LED: 'opens with, or has as its subject, a pronoun with nothing to refer to ("What does it cost?")',
     REFERS_TO_SOURCE: 'mentions the source instead of the topic ("according to the document", "this section")',
     TITLE_ONLY: "answerable from the title and headings alone: every content word of the question is in them",
     COPIED: "copies a long run of words from the passage, which flatters keyword search",
+    NOT_A_QUESTION: 'not a question: no question mark and no interrogative opening ("The answer is: 3.")',
 }
+# what the prompts show as the shape of a reply: a model that echoes them has answered nothing
+PLACEHOLDERS = frozenset({"...", "…", "one short sentence"})
 
 PRONOUNS = frozenset("it they this these those he she its their them".split())
 _INTERROGATIVES = frozenset("what which who whom whose why how when where".split())
@@ -596,6 +602,7 @@ def rule_rejections(question: str, passage: Passage, *, min_words: int = 4, max_
     source ("this/the document", "the section", "the passage", "the text", "the above", "according to the
     document", "mentioned here", "this page", 这段, 本文, 文中, 上文, 该段 ...). `title_only`: see `_title_only`.
     `copied`: `longest_copied_run` ≥ `max_copy_run` words (Han/kana characters count half, so 16 characters).
+    `not_a_question`: see `_asks` (a small model answers, or chats, instead of asking).
 
     Example:
         >>> p = Passage("b#0", "b", "Annual plans are refundable within 30 days of purchase.", title="Refunds")
@@ -617,7 +624,28 @@ def rule_rejections(question: str, passage: Passage, *, min_words: int = 4, max_
         out.append(TITLE_ONLY)
     if longest_copied_run(question, passage.text) >= max_copy_run:
         out.append(COPIED)
+    if not _asks(question):
+        out.append(NOT_A_QUESTION)
     return out
+
+
+_QUESTION_MARKS = ("?", "？", "؟", ";")  # Greek writes its question mark as a semicolon
+_CJK_ASKING = re.compile("什么|什麼|吗|嗎|哪|谁|誰|怎|为何|為何|为什么|為什麼|几|幾|多少|是否|呢|か")
+
+
+def _asks(question: str) -> bool:
+    """Whether `question` is one: it ends with a question mark, opens with an interrogative or an auxiliary
+    ("What ...", "Does ..."), or, in Chinese or Japanese, holds an interrogative word (吗, 什么, 哪, か ...).
+
+    Example:
+        >>> _asks("How long is the refund window?"), _asks("Does VPN need MFA"), _asks("The answer is: 3.")
+        (True, True, False)
+    """
+    stripped = question.strip()
+    if stripped.endswith(_QUESTION_MARKS):
+        return True
+    first = next(iter(words(stripped.casefold())), "")
+    return first in _INTERROGATIVES or first in _AUXILIARIES or bool(_CJK_ASKING.search(stripped))
 
 
 BUCKETS = ((0.0, 0.2), (0.2, 0.4), (0.4, 0.6), (0.6, 0.8), (0.8, 1.0))

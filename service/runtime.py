@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import json
 import logging
 import shutil
 import threading
@@ -19,7 +20,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from eval.storage import RunStore, SetStore
 from service.access.keys import Authenticator
@@ -32,32 +33,40 @@ from service.errors import (
     StoreUnreachable,
     public,
 )
+from service.evaluation.answers import Grader
 from service.evaluation.incidents import IncidentService
 from service.evaluation.runs import EvalService, run_spec
 from service.evaluation.schedule import Scheduler
+from service.evaluation.served import KEY as SERVED_KEY
+from service.evaluation.served import served_settings
+from service.evaluation.sweeps import SCRATCH, Served, Sweeper, directory_bytes, token_counter
+from service.evaluation.synthesis import Synthesizer
 from service.index.chunking import Chunker, ChunkerConfig
 from service.index.index import Index, IndexLimits
 from service.index.loaders import iter_documents
 from service.infra import logs
 from service.infra.datadir import DataDirLock
 from service.infra.observability import ServiceMetrics
-from service.options import RunOptions
-from service.retrieval.embedding import Embedder, SentenceTransformerEmbedder
+from service.options import RunOptions, SearchOverrides
+from service.retrieval.embedding import Embedder, SentenceTransformerEmbedder, resolve_model_path
 from service.retrieval.embedding_cache import CachedEmbedder
 from service.retrieval.onnx_models import OnnxCrossEncoder, OnnxEmbedder
-from service.retrieval.pipeline import Limits, SearchPipeline
+from service.retrieval.pipeline import Limits, SearchPipeline, search_params
 from service.retrieval.rerank import CrossEncoderReranker, PairScorer, Reranker, TorchCrossEncoder
 from service.retrieval.sparse import Bm25Params
 from service.retrieval.tokenizer import Tokenizer, TokenizerConfig
-from service.settings import Settings
+from service.settings import PACKAGED_MODEL, Settings
 from service.state import StateStore, open_state
 from service.state.audit import AuditRecords, Pending
+from service.state.work import DraftRecords, ResultRecords
 from service.stores.base import VectorStore
 
 if TYPE_CHECKING:
+    from service.infra.llm import ChatClient
     from service.stores.qdrant import QdrantOptions
 
 log = logging.getLogger("plumbline")
+SERVED_REFRESH_SECONDS = 15.0  # how often a replica reads the promoted search defaults (`Runtime.refresh_served`)
 PRELOAD_BATCH = 16  # documents per ingest batch at start-up: a progress line after each
 T = TypeVar("T")
 
@@ -182,7 +191,9 @@ class Runtime:
         metrics: ServiceMetrics | None = None,
         preload: tuple[Path, ...] = (),
     ) -> None:
+        self.base_settings = settings  # as configured; `settings` adds promoted search defaults (`refresh_served`)
         self.settings = settings
+        self._served_checked = 0.0
         self.components = components or Components()
         self.metrics = metrics
         self.preload = preload
@@ -198,6 +209,7 @@ class Runtime:
         self._incidents: IncidentService | None = None
         self._index: Index | None = None
         self._pipeline: SearchPipeline | None = None
+        self._tokens: Callable[[str], int] | None = None
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self.scheduler = Scheduler(settings.eval_schedule, self._monitor)
@@ -264,6 +276,99 @@ class Runtime:
         """The state store once opened (for collectors that read it at scrape time), else None."""
         return self._state
 
+    @property
+    def results(self) -> ResultRecords:
+        """Syntheses, sweeps and answer gradings (`service.state.work`)."""
+        return self._started(self._state).results
+
+    @property
+    def drafts(self) -> DraftRecords:
+        return self._started(self._state).drafts
+
+    def llm(self) -> ChatClient:
+        """A new client of the configured LLM; `LLMNotConfigured`, saying what to set, when there is none."""
+        from service.infra.llm import ChatClient, LLMConfig, LLMNotConfigured  # httpx: not for a server that never asks
+
+        s = self.settings
+        if not s.llm_base_url or not s.llm_model:
+            raise LLMNotConfigured()
+        return ChatClient(
+            LLMConfig(
+                base_url=s.llm_base_url,
+                model=s.llm_model,
+                api_key=s.llm_key(),
+                timeout=s.llm_timeout_seconds,
+                max_concurrency=s.llm_max_concurrency,
+                max_retries=s.llm_max_retries,
+            )
+        )
+
+    def synthesizer(self) -> Synthesizer:
+        """Drafts synthetic cases with the configured LLM (`LLMNotConfigured` without one)."""
+        self.llm().close()  # the settings checked now, before a job starts
+        s = self.settings
+        return Synthesizer(self.index, self.pipeline.embedder, self.drafts, self.results, self.llm, s.llm_model or "")
+
+    def grader(self) -> Grader:
+        """Grades answers with the configured LLM as the judge (`LLMNotConfigured` without one)."""
+        self.llm().close()
+        return Grader(self.index, self.evals.runs, self.llm, self.settings.llm_model or "")
+
+    def sweeper(self) -> Sweeper:
+        """Sweeps over the live pipeline and temporary indexes in DATA_DIR/scratch."""
+        s = self.settings
+        served = Served(
+            search_params(s, SearchOverrides(), reranker_configured=self.pipeline.reranker is not None),
+            s.chunk_size,
+            s.chunk_overlap,
+        )
+        return Sweeper(
+            self.pipeline,
+            served,
+            self.scratch_index,
+            self.index,
+            s.data_dir / SCRATCH,
+            reserve_space=self.reserve_space,
+            live_bytes=lambda: directory_bytes(s.data_dir / "index") // max(1, s.index_copies),
+            count_tokens=self._token_counter(),
+            max_configs=s.sweep_max_configs,
+        )
+
+    def _token_counter(self) -> Callable[[str], int]:
+        """Context tokens as the packaged model's tokenizer counts them (loaded once)."""
+        if self._tokens is None:
+            self._tokens = token_counter(Path(resolve_model_path(PACKAGED_MODEL)) / "tokenizer.json")
+        return self._tokens
+
+    def promote_served(self, record: dict[str, Any]) -> None:
+        """Store promoted search defaults (`service.evaluation.served`) and serve them here at once; the other replicas
+        read them within SERVED_REFRESH_SECONDS."""
+        served_settings(self.base_settings, record["defaults"])  # refused (Conflict) past a limit, before storing
+        self._started(self._state).put_meta(SERVED_KEY, json.dumps(record))
+        self._served_checked = 0.0
+        self.refresh_served()
+
+    def refresh_served(self) -> None:
+        """Serve the promoted search defaults stored in the state store, reading them at most every
+        SERVED_REFRESH_SECONDS (a request calls this: it costs a clock read otherwise); a store that does not answer
+        leaves the defaults as they are."""
+        now = time.monotonic()
+        if self._state is None or now - self._served_checked < SERVED_REFRESH_SECONDS:
+            return
+        self._served_checked = now
+        try:
+            stored = self._state.get_meta(SERVED_KEY)
+            settings = served_settings(self.base_settings, json.loads(stored)["defaults"]) if stored else None
+        except (PlumblineError, ValueError, KeyError) as exc:
+            log.warning("the promoted search defaults could not be read, serving the last known: %s", exc)
+            return
+        self.settings = settings or self.base_settings
+
+    def served_record(self) -> dict[str, Any] | None:
+        """The promotion the served search defaults come from, if any."""
+        stored = self._started(self._state).get_meta(SERVED_KEY)
+        return json.loads(stored) if stored else None
+
     def _monitor(self, set_name: str, interval: float) -> bool:
         """The scheduler's run: set `set_name` over the served configuration, if due; True if it ran."""
         spec = run_spec(RunOptions(set_name, monitoring=True), self.settings, self.pipeline)
@@ -277,6 +382,9 @@ class Runtime:
         that keep their records there."""
         s = self.settings
         self._state = open_state(s.state_store_url, s.legacy_eval_dir)
+        if s.state_url is None and (orphans := self._state.jobs.orphan_all()):
+            # SQLite in the data directory, whose lock this process holds: a job still running belonged to one that died
+            log.warning("%d job(s) of a process that stopped are lost (a synthesis among them can be resumed)", orphans)
         self._authenticator = Authenticator(self._state.keys, s.api_keys_file)
         if s.auth == "on" and not self._authenticator.all_keys():
             log.warning(
@@ -353,8 +461,12 @@ class Runtime:
         model that is missing or not exported yet neither fails nor slows them."""
         s = self.settings
         self.lock.acquire()
+        # temporary indexes of sweeps a dead process left (no sweep outlives its process: the lock is ours now)
+        shutil.rmtree(s.data_dir / SCRATCH, ignore_errors=True)
         if self._state is None:
             self._open_state()
+        self.refresh_served()
+        s = self.settings
         if s.torch_threads:
             import torch
 
@@ -395,16 +507,7 @@ class Runtime:
     def _open_index(self, store: VectorStore, embedder: Embedder, *, check: bool) -> Index:
         """The index over `store`, after the integrity check (logged, and repaired as the settings say)."""
         s = self.settings
-        index = Index(
-            store,
-            embedder,
-            Chunker(ChunkerConfig(s.chunk_size, s.chunk_overlap)),
-            tokenizer_config(s),
-            Bm25Params(k1=s.bm25_k1, b=s.bm25_b, avg_len=s.bm25_avg_len or 1.0),
-            measure_avg_len=s.bm25_avg_len is None,
-            limits=IndexLimits(s.max_batch_documents, s.max_document_chars, s.tenant_max_documents),
-            reserve_space=(lambda needed: self.reserve_space(needed * s.index_copies)) if s.backend == "edge" else None,
-        )
+        index = self._build_index(store, embedder, s)
         if check:
             grace = 0.0 if s.backend == "edge" else 3600.0  # a shared server may have writes in flight
             found, done, _ = index.check(repair=s.repair_on_start, everything=False, grace=grace)
@@ -414,6 +517,39 @@ class Runtime:
             if done:
                 self.record("start-up check", "index.repair", str(s.data_dir), {"done": done})
         return index
+
+    def _build_index(self, store: VectorStore, embedder: Embedder, s: Settings) -> Index:
+        """An `Index` over `store`, chunked, analysed and limited as `s` says."""
+        return Index(
+            store,
+            embedder,
+            Chunker(ChunkerConfig(s.chunk_size, s.chunk_overlap)),
+            tokenizer_config(s),
+            Bm25Params(k1=s.bm25_k1, b=s.bm25_b, avg_len=s.bm25_avg_len or 1.0),
+            measure_avg_len=s.bm25_avg_len is None,
+            limits=IndexLimits(s.max_batch_documents, s.max_document_chars, s.tenant_max_documents),
+            reserve_space=(lambda needed: self.reserve_space(needed * s.index_copies)) if s.backend == "edge" else None,
+        )
+
+    def scratch_index(self, directory: Path, chunk_size: int, chunk_overlap: int) -> tuple[Index, SearchPipeline]:
+        """A temporary embedded index in `directory` (one copy, in this process), chunked as asked, searched with this
+        runtime's models and limits: what a sweep's chunking rows are measured on, never the live index. The caller
+        closes its store (`pipeline.store.close()`) and removes the directory."""
+        from service.stores.mirrored import single_copy
+
+        s = self.settings.model_copy(
+            update={
+                "data_dir": directory,
+                "backend": "edge",
+                "index_copies": 1,
+                "chunk_size": chunk_size,
+                "chunk_overlap": chunk_overlap,
+            }
+        )
+        live = self.pipeline
+        store = single_copy(directory / "index", graph_from=s.index_graph_from)
+        index = self._build_index(store, live.embedder, s)
+        return index, SearchPipeline(store, live.embedder, index.encoder, live.reranker, live.limits)
 
     def _until_reachable(self, step: Callable[[], T]) -> T:
         """`step()`, once the vector store answers. In the server (`start`), while a Qdrant server does not answer,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from limits import parse_many
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.domain import FusionMethod, Mode
@@ -291,6 +291,42 @@ class Settings(BaseSettings):
         "a run when an accepted incident that passed before fails now",
     )
 
+    # the LLM that writes synthetic questions and judges answers (any OpenAI-compatible chat-completions server)
+    llm_base_url: str | None = Field(
+        None,
+        description="an OpenAI-compatible API's base URL (it posts to BASE/chat/completions), e.g. "
+        "http://127.0.0.1:8080/v1 (llama.cpp's server), http://localhost:11434/v1 (Ollama), https://api.openai.com/v1; "
+        "unset: synthetic sets and answer grading say what to set",
+    )
+    llm_model: str | None = Field(None, description="the model name the LLM server knows, e.g. qwen2.5:7b-instruct")
+    llm_api_key: SecretStr | None = Field(
+        None, description="the LLM server's key (Bearer), if it asks for one; prefer llm_api_key_file"
+    )
+    llm_api_key_file: Path | None = Field(
+        None, description="a file holding the LLM server's key (a mounted secret); read at start-up"
+    )
+    llm_timeout_seconds: float = Field(60, gt=0, description="one LLM request's limit; a timed-out request is retried")
+    llm_max_concurrency: int = Field(4, ge=1, le=64, description="LLM requests in flight at once, per job")
+    llm_max_retries: int = Field(
+        4,
+        ge=0,
+        le=10,
+        description="retries of an LLM request on 429, 5xx or a timeout, with backoff (Retry-After honoured)",
+    )
+    answer_recall_threshold: float = Field(
+        0.8,
+        ge=0,
+        le=1,
+        description="an answer-grading report says to fix retrieval first when the set's latest recall@10 is "
+        "below this",
+    )
+    sweep_max_configs: int = Field(
+        200,
+        ge=1,
+        le=5000,
+        description="the most configurations one sweep may evaluate (a larger grid: use random search)",
+    )
+
     # monitoring
     eval_schedule: dict[str, float] = Field(
         default_factory=dict,
@@ -355,6 +391,15 @@ class Settings(BaseSettings):
         ):
             raise ValueError("default_k, default_candidates and default_rerank_depth must not exceed their max_")
         return self
+
+    def llm_key(self) -> str | None:
+        """The LLM server's key: from `llm_api_key_file` (a mounted secret) if set, else `llm_api_key`."""
+        if self.llm_api_key_file is not None:
+            try:
+                return self.llm_api_key_file.read_text(encoding="utf-8").strip() or None
+            except OSError as exc:
+                raise ValueError(f"PLUMBLINE_LLM_API_KEY_FILE {self.llm_api_key_file} cannot be read: {exc}") from None
+        return self.llm_api_key.get_secret_value() if self.llm_api_key is not None else None
 
     @property
     def state_store_url(self) -> str:

@@ -24,9 +24,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.access.principals import Principal
 from service.api import auth, errors
-from service.api.routes import admin, documents, evaluation, health, identity, incidents, search, web
+from service.api.routes import admin, documents, evaluation, health, identity, incidents, search, web, work
 from service.api.schemas import ERROR_RESPONSES
 from service.errors import Unauthenticated
+from service.evaluation.answers import AnswerGaugeCollector
 from service.evaluation.gauges import EvalGaugeCollector
 from service.evaluation.incidents import IncidentGaugeCollector
 from service.infra import logs
@@ -78,6 +79,7 @@ def create_app(
     registry.register(IndexSizeCollector(lambda: _counts(runtime)))
     registry.register(EvalGaugeCollector(lambda: runtime.evals if runtime.ready else None, settings.eval_schedule))
     registry.register(IncidentGaugeCollector(lambda: runtime.state))
+    registry.register(AnswerGaugeCollector(lambda: runtime.state))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -98,7 +100,7 @@ def create_app(
     app.state.registry = registry
     errors.install(app)
     auth.audit_refusals(app, runtime, metrics)
-    modules = (documents, search, evaluation, incidents, admin, identity, health)
+    modules = (documents, search, evaluation, work, incidents, admin, identity, health)
     for module in modules:
         app.include_router(module.router)
     # the API's routes in the router's order (included without a prefix: their paths are the served ones); the

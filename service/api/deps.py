@@ -28,6 +28,7 @@ RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
 async def get_settings(runtime: RuntimeDep) -> Settings:
+    runtime.refresh_served()
     return runtime.settings
 
 
@@ -40,6 +41,7 @@ async def get_pipeline(runtime: RuntimeDep) -> SearchPipeline:
 
 
 async def get_searches(runtime: RuntimeDep) -> Searches:
+    runtime.refresh_served()  # a promoted sweep's defaults, read from the state store every few seconds
     return Searches(runtime.settings, runtime.pipeline)
 
 
@@ -50,6 +52,7 @@ async def get_documents(runtime: RuntimeDep) -> Documents:
 async def get_evaluations(runtime: RuntimeDep) -> Evaluations:
     """Eval runs, sets and baselines: once the runtime is up (holds the data directory's lock, the state store is
     open)."""
+    runtime.refresh_served()
     return Evaluations(runtime.evals, runtime.settings)
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 from eval.cases import Case, dump_jsonl
 from eval.gate import Judging, judging
-from eval.runner import Run
+from eval.runner import KINDS, Run
 from eval.storage import Baseline, RunSummary
 from eval.verdict import GatePolicy, GateRequest
 from service.access.principals import Principal, require
@@ -63,7 +63,7 @@ class Evaluations:
     def job(self, caller: Principal, run_id: str) -> Job:
         """A background run's state, if the caller may see it."""
         job = self.evals.job(run_id)
-        if job is None or (caller.tenant is not None and job.tenant != caller.tenant):
+        if job is None or job.kind not in KINDS or (caller.tenant is not None and job.tenant != caller.tenant):
             raise NotFound(f"no run with id {run_id!r}")
         return job
 

@@ -26,8 +26,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -44,17 +43,17 @@ from service.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_REGRESSION,
+    POLL_SECONDS,
     audit,
     auditing,
     data_dir_option,
+    poll,
+    progress_bar,
     settings_of,
 )
 from service.errors import PlumblineError
 from service.infra import logs
 from service.infra.files import write_atomic
-
-POLL_SECONDS = 2.0  # how often `eval run --monitoring --url` asks for the run's progress
-POLL_GIVE_UP_SECONDS = 300.0  # how long it rides out failing polls before giving up
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -77,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     from service.cli import ingest as ingest_cli
     from service.cli import keys as keys_cli
     from service.cli import transfer as transfer_cli
+    from service.cli import work as work_cli
 
     p = argparse.ArgumentParser(prog="plumbline", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(required=True, metavar="COMMAND")
@@ -91,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     ingest_cli.add_parser(sub)
 
     ev = sub.add_parser("eval", help="evaluate retrieval on a labelled set").add_subparsers(required=True)
+    work_cli.add_parsers(ev)
     run = ev.add_parser("run", help="replay a labelled set; gate against a baseline")
     target = run.add_mutually_exclusive_group()
     target.add_argument("--url", help="evaluate a running Plumbline through its /search")
@@ -262,7 +263,7 @@ def _eval_in_process(
             baseline=args.baseline,
         )
         spec = run_spec(asked, settings, runtime.pipeline)
-        with _progress_bar("eval") as bar, auditing(runtime, "eval.run", {"set": set_name}):  # with the run's row
+        with progress_bar("eval") as bar, auditing(runtime, "eval.run", {"set": set_name}):  # with the run's row
             if _is_file(args.set) or (args.baseline and _is_file(args.baseline)):
                 cases = load_set(args.set)[1] if _is_file(args.set) else runtime.evals.cases(args.set)
                 baseline = load_baseline(args.baseline, runtime.evals.runs) if args.baseline else None
@@ -278,45 +279,6 @@ def _eval_in_process(
 
 def _is_file(name: str) -> bool:
     return Path(name).suffix in (".jsonl", ".json")
-
-
-@contextmanager
-def _progress_bar(what: str) -> Iterator[Callable[[int, int], None]]:
-    """A progress callback (done, total): a bar on a terminal; elsewhere the service's periodic log lines do."""
-    if not sys.stderr.isatty():
-        yield lambda _done, _total: None
-        return
-    from tqdm import tqdm
-
-    with tqdm(unit="case", desc=what) as bar:
-
-        def update(done: int, total: int) -> None:
-            bar.total = total
-            bar.update(done - bar.n)
-
-        yield update
-
-
-def _poll(client: Any, url: str) -> dict[str, Any]:
-    """GET `url` as JSON, riding out a restarting replica or a busy moment (transport errors, 429, 5xx) for up to
-    POLL_GIVE_UP_SECONDS in a row."""
-
-    import httpx  # here: the server and the commands that do not call one need not import it
-
-    give_up = time.monotonic() + POLL_GIVE_UP_SECONDS
-    while True:
-        try:
-            response = client.get(url)
-            if response.status_code < 500 and response.status_code != 429:
-                body: dict[str, Any] = response.json()
-                return body
-            problem = f"{response.status_code}: {response.text[:200]}"
-        except httpx.TransportError as exc:
-            problem = str(exc)
-        if time.monotonic() > give_up:
-            raise PlumblineError(f"{url} kept failing for {POLL_GIVE_UP_SECONDS:g} s; last: {problem}")
-        logging.getLogger("plumbline").warning("%s: %s; asking again", url, problem)
-        time.sleep(POLL_SECONDS)
 
 
 def _monitor_remote(args: argparse.Namespace, config: GateRequest) -> int:
@@ -335,7 +297,7 @@ def _monitor_remote(args: argparse.Namespace, config: GateRequest) -> int:
         "monitoring": True,
         "async": True,
     }
-    with no_delay_client(timeout=60) as client, _progress_bar("eval") as bar:
+    with no_delay_client(timeout=60) as client, progress_bar("eval") as bar:
         response = client.post(f"{url}/eval/run", json=body)
         if response.status_code != 202:
             raise PlumblineError(f"{url} answered {response.status_code}: {response.text[:500]}")
@@ -343,7 +305,7 @@ def _monitor_remote(args: argparse.Namespace, config: GateRequest) -> int:
         logging.getLogger("plumbline").info("monitoring run %s started on %s", run_id, url)
         last = -1
         while True:
-            state = _poll(client, f"{url}/eval/runs/{run_id}")
+            state = poll(client, f"{url}/eval/runs/{run_id}")
             if state.get("status") != "running":
                 break
             done, total = state["progress"]["done"], state["progress"]["total"]

@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -197,42 +197,108 @@ class EvalService:
         monitoring lease is taken. Like a run waited on, it stops past `timeout` seconds once started (its job ends
         `failed`, naming the limit). `started_by`: the id of the API key that asked for it (its job records it: who
         may cancel it)."""
-        if (jobs := self.jobs) is None:
+        if self.jobs is None:
             raise NotReady("background runs need the state store")
         spec, cases, reference = self._prepare(spec)
         run_id = new_run_id()
-        held = ExitStack()  # the slot (or place in the queue) and the lease, handed to the thread, released at its end
-        with held:
-            ticket = self._admission.ask(spec.tenant, monitoring=spec.kind == "monitoring", label=run_id)
-            held.callback(self._admission.leave, ticket)
-            held.enter_context(self._monitoring_lease(spec))
-            queued = not ticket.granted
-            job = (run_id, spec.set_name, spec.kind, len(cases), self.owner, spec.tenant)
-            jobs.start(*job, started_by=started_by, queued=queued)
-            held = held.pop_all()
+        # under the foreground's limit, so a background run cannot hold a slot for ever; a monitoring run (eval:admin
+        # only, e.g. the CronJob's) may take as long as its set needs, as the scheduler's does
+        limit = None if spec.kind == "monitoring" else self.timeout
 
         def work() -> None:
+            self._execute(spec, cases, reference, run_id=run_id, deadline=limit, jobs=self.jobs)
+
+        return self._background(
+            run_id,
+            kind=spec.kind,
+            set_name=spec.set_name,
+            total=len(cases),
+            tenant=spec.tenant,
+            started_by=started_by,
+            work=work,
+            lease=self._monitoring_lease(spec),
+        )
+
+    def submit_work(
+        self,
+        job_id: str,
+        *,
+        kind: str,
+        set_name: str,
+        total: int,
+        tenant: str | None,
+        started_by: str | None,
+        work: Callable[[Callable[[int, int], None]], None],
+    ) -> str:
+        """Start eval work other than a run (a synthesis, a sweep, an answer grading) in the background under job
+        `job_id`, admitted like a run (a slot, or its turn in its caller group's queue). `work(progress)` does it,
+        calling `progress(done, total)` as it goes, which records the job's progress and raises `Cancelled` once a
+        cancel is asked for (or the service shuts down); the job ends `done` when `work` returns, else `failed`."""
+        if self.jobs is None:
+            raise NotReady("background work needs the state store")
+        jobs = self.jobs
+
+        def tracked() -> None:
+            def progress(done: int, total_now: int) -> None:
+                if jobs.progress(job_id, done):
+                    raise Cancelled(f"{kind} {job_id} was cancelled after {done} of {total_now}")
+                if self._stopping.is_set():
+                    raise Cancelled(
+                        f"{kind} {job_id} stopped after {done} of {total_now}: the service is shutting down"
+                    )
+
+            work(progress)
+            self._finish_job(job_id, "done")
+
+        return self._background(
+            job_id, kind=kind, set_name=set_name, total=total, tenant=tenant, started_by=started_by, work=tracked
+        )
+
+    def _background(
+        self,
+        job_id: str,
+        *,
+        kind: str,
+        set_name: str,
+        total: int,
+        tenant: str | None,
+        started_by: str | None,
+        work: Callable[[], None],
+        lease: AbstractContextManager[None] | None = None,
+    ) -> str:
+        """Admit `work` (a slot, or a place in its caller group's queue: its job reads `queued`), record its job, and
+        run it in a thread that waits its turn first; a failure or a cancel ends the job `failed` or `cancelled`."""
+        jobs = self.jobs
+        assert jobs is not None  # the callers checked
+        held = ExitStack()  # the slot (or place in the queue) and the lease, handed to the thread, released at its end
+        with held:
+            ticket = self._admission.ask(tenant, monitoring=kind == "monitoring", label=job_id)
+            held.callback(self._admission.leave, ticket)
+            if lease is not None:
+                held.enter_context(lease)
+            queued = not ticket.granted
+            jobs.start(job_id, set_name, kind, total, self.owner, tenant, started_by=started_by, queued=queued)
+            held = held.pop_all()
+
+        def body() -> None:
             with held:
                 try:
                     if queued:
-                        self._await_turn(ticket, run_id, jobs)
-                    # under the foreground's limit, so a background run cannot hold a slot for ever; a monitoring run
-                    # (eval:admin only, e.g. the CronJob's) may take as long as its set needs, as the scheduler's does
-                    limit = None if spec.kind == "monitoring" else self.timeout
-                    self._execute(spec, cases, reference, run_id=run_id, deadline=limit, jobs=self.jobs)
+                        self._await_turn(ticket, job_id, jobs)
+                    work()
                 except Exception as exc:  # the job records it; nobody waits on this thread
                     cancelled = isinstance(exc, Cancelled)
                     if isinstance(exc, TimedOut):
-                        log.warning("eval run %s failed: %s", run_id, exc)
+                        log.warning("%s %s failed: %s", kind, job_id, exc)
                     elif not cancelled:
-                        log.exception("eval run %s failed", run_id)
-                    self._finish_job(run_id, "cancelled" if cancelled else "failed", public(str(exc)))
+                        log.exception("%s %s failed", kind, job_id)
+                    self._finish_job(job_id, "cancelled" if cancelled else "failed", public(str(exc)))
 
-        thread = threading.Thread(target=work, name=f"plumbline-eval-{run_id}", daemon=True)
+        thread = threading.Thread(target=body, name=f"plumbline-eval-{job_id}", daemon=True)
         thread.start()
         with self._lock:
             self._threads = [t for t in self._threads if t.is_alive()] + [thread]
-        return run_id
+        return job_id
 
     def _await_turn(self, ticket: Ticket, run_id: str, jobs: JobRecords) -> None:
         """Wait for a queued background run's turn, writing its job's heartbeat every QUEUE_HEARTBEAT_SECONDS (so that
@@ -243,6 +309,11 @@ class EvalService:
                 raise Cancelled(withdrawn(run_id))
         if not jobs.begin(run_id):
             raise Cancelled(withdrawn(run_id))
+
+    def forget_job(self, run_id: str) -> None:
+        """Drop an ended (or lost) job's record, so that work resumed under its id can start a new one."""
+        if self.jobs is not None:
+            self.jobs.forget(run_id)
 
     def job(self, run_id: str) -> Job | None:
         return self.jobs.get(run_id) if self.jobs is not None else None

@@ -26,6 +26,7 @@ from service.state.tx import upsert, writing
 LOST_AFTER = 600.0
 
 LIVE = ("queued", "running")  # the statuses of a job that has not ended
+EPOCH = "1970-01-01T00:00:00.000000Z"  # the heartbeat of a job known to be lost
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,25 @@ class JobRecords:
                 row = conn.execute(select(t.jobs.c.set_name, t.jobs.c.tenant).where(job)).one()
                 write_pending(conn, target=run_id, target_tenant=row.tenant, detail={"set": row.set_name})
         return bool(changed)
+
+    def orphan_all(self) -> int:
+        """Mark every job not ended as lost (its heartbeat moved to the epoch): what a process that holds the data
+        directory's lock does with a store only it can use (SQLite in the data directory) at start-up, where any job
+        still running belonged to a process that died. The number marked."""
+        with writing(self.engine) as conn:
+            return int(
+                conn.execute(update(t.jobs).where(t.jobs.c.status.in_(LIVE)).values(heartbeat_at=EPOCH)).rowcount or 0
+            )
+
+    def forget(self, run_id: str) -> None:
+        """Remove an ended job's row (a resumed synthesis starts a new job under the same id); a live one stays."""
+        lost = _after(-LOST_AFTER)
+        with writing(self.engine) as conn:
+            conn.execute(
+                delete(t.jobs).where(
+                    t.jobs.c.run_id == run_id, or_(t.jobs.c.status.not_in(LIVE), t.jobs.c.heartbeat_at < lost)
+                )
+            )
 
     def get(self, run_id: str) -> Job | None:
         with self.engine.connect() as conn:

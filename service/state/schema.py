@@ -173,6 +173,46 @@ audit_log = Table(
 )
 
 
+results = Table(
+    "eval_results",
+    metadata,
+    Column("result_id", String(100), primary_key=True),  # its job's id in eval_jobs while it runs
+    Column("kind", String(20), nullable=False),  # synthesis, sweep, answers (service.state.work.RESULT_KINDS)
+    Column("set_name", String(100), nullable=False),
+    Column("tenant", String(200)),  # the tenant a tenant-bound key confined it to; None: every tenant
+    Column("created_at", String(32), nullable=False),
+    Column("finished_at", String(32)),
+    Column("params", Text, nullable=False),  # JSON: what was asked (a resumed synthesis reads it back)
+    Column("summary", Text),  # JSON: what a listing shows; None until it ends
+    Column("record", Text),  # JSON: the whole result (a sweep's rows, an answer run's items); None until it ends
+    Index("ix_eval_results_kind_set", "kind", "set_name", "created_at"),
+)
+
+drafts = Table(
+    "synthetic_drafts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("case_id", String(40), nullable=False),  # eval.synthetic.case_id_for: stable per chunk and question
+    Column("set_name", String(100), nullable=False),
+    Column("job_id", String(100), nullable=False),  # the synthesis (eval_results.result_id) that made it
+    Column("tenant", String(200)),  # the chunk's tenant
+    Column("chunk_id", Text, nullable=False),
+    # proposed (passed quality control, awaiting review), accepted (in the set), rejected (by a reviewer),
+    # discarded (by quality control: `record` says why)
+    Column("status", String(20), nullable=False),
+    Column("question", Text, nullable=False),
+    Column(
+        "record", Text, nullable=False
+    ),  # JSON: {"case": Case.to_json() | None, "reasons": [...], "overlap": x, ...}
+    Column("created_at", String(32), nullable=False),
+    Column("reviewer", String(200)),
+    Column("reviewed_at", String(32)),
+    Column("reason", Text),
+    Index("ix_synthetic_drafts_set_status", "set_name", "status", "id"),
+    Index("ix_synthetic_drafts_job_chunk", "job_id", "chunk_id"),
+)
+
+
 def iso(moment: dt.datetime) -> str:
     """The stored form of a time: UTC, microseconds, `Z` (comparable as text)."""
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

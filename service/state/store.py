@@ -47,12 +47,13 @@ from service.state.incidents import IncidentRecords
 from service.state.jobs import JobRecords, LeaseRecords
 from service.state.keys import KeyRecords
 from service.state.schema import now_iso
-from service.state.tx import one_at_a_time, writing
+from service.state.tx import one_at_a_time, upsert, writing
+from service.state.work import DraftRecords, ResultRecords
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 # The newest migration's revision (a test holds it equal to alembic's head): a store already there opens without
 # alembic, whose import is 0.1 s of every server start and of every command that opens the store.
-HEAD = "0007"
+HEAD = "0008"
 CONNECT_TIMEOUT = 10  # seconds: an unreachable PostgreSQL is an error, not a hang
 SQLITE_BUSY_TIMEOUT = 30  # seconds a SQLite writer waits for another to finish
 
@@ -167,6 +168,8 @@ class StateStore:
         self.leases = LeaseRecords(self.engine)
         self.keys = KeyRecords(self.engine)
         self.audit = AuditRecords(self.engine)
+        self.results = ResultRecords(self.engine)
+        self.drafts = DraftRecords(self.engine)
 
     @property
     def backend(self) -> str:
@@ -200,6 +203,13 @@ class StateStore:
     def get_meta(self, key: str) -> str | None:
         with self.engine.connect() as conn:
             return conn.scalar(select(t.meta.c.value).where(t.meta.c.key == key))
+
+    def put_meta(self, key: str, value: str) -> None:
+        """Set a meta value (audited when an entry is declared around it)."""
+        with writing(self.engine) as conn:
+            stmt = upsert(conn.dialect.name)(t.meta).values(key=key, value=value)
+            conn.execute(stmt.on_conflict_do_update(index_elements=[t.meta.c.key], set_={"value": value}))
+            write_pending(conn, target=key)
 
     # -- labelled sets ---------------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from eval.synthetic import (
     COPIED,
     GENERATION_SCHEMA,
     LANGUAGE_NAMES,
+    NOT_A_QUESTION,
     PROMPT_VERSION,
     PRONOUN_LED,
     REASONS,
@@ -72,11 +73,39 @@ def test_a_good_question_breaks_no_rule() -> None:
 
 
 def test_reasons_name_every_rule_in_the_order_they_are_reported() -> None:
-    assert list(REASONS) == [TOO_SHORT, PRONOUN_LED, REFERS_TO_SOURCE, TITLE_ONLY, COPIED]
+    assert list(REASONS) == [TOO_SHORT, PRONOUN_LED, REFERS_TO_SOURCE, TITLE_ONLY, COPIED, NOT_A_QUESTION]
     assert all(REASONS[code].strip() for code in REASONS)
     # one question breaking three rules reports them in that order
     assert codes("What does this section say?") == [PRONOUN_LED, REFERS_TO_SOURCE]
     assert codes("Its refunds?") == [TOO_SHORT, PRONOUN_LED, TITLE_ONLY]
+
+
+# -- not_a_question ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "The answer is: 3. The desk replaces the screen every four years.",
+        "Refund rules for yearly subscriptions",
+        "年度订阅的退款规则",
+    ],
+)
+def test_not_a_question(question: str) -> None:
+    assert NOT_A_QUESTION in codes(question, ZH_PASSAGE if re.search("[一-鿿]", question) else PASSAGE)
+
+
+@pytest.mark.parametrize(
+    "question",
+    ["Does a yearly subscription come with a money-back period", "年度订阅可以退款吗", "How long is the window?"],
+)
+def test_a_question_without_a_mark_or_with_one_is_a_question(question: str) -> None:
+    assert NOT_A_QUESTION not in codes(question, ZH_PASSAGE if re.search("[一-鿿]", question) else PASSAGE)
+
+
+def test_a_check_that_echoes_the_prompt_placeholder_is_unreadable() -> None:
+    assert parse_check({"answerable": True, "reason": "one short sentence"})[0] is None
+    assert parse_check({"answerable": True, "reason": "the passage gives 30 days"})[0] is True
 
 
 # -- too_short ---------------------------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ def report(question: str = "What is the refund window?", *, reporter: str = "ann
 
 
 def test_migrations_build_exactly_the_declared_schema(state: StateStore) -> None:
-    assert state.revision() == HEAD == "0007"
+    assert state.revision() == HEAD == "0008"
     with state.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), metadata)
     assert diff == []
