@@ -6,105 +6,34 @@ violation is one) and for anything loaded from another host."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
-import httpx
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
-from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from tests.web.conftest import Service
+from tests.web.conftest import WAIT, Page
 
 pytestmark = [pytest.mark.process, pytest.mark.browser]
-WAIT = 60
-UNLABELLED = """return [...document.querySelectorAll('input, select, textarea')]
-  .filter(el => el.type !== 'hidden' && !el.closest('[hidden]'))
-  .filter(el => !el.labels?.length && !el.getAttribute('aria-label') && !el.getAttribute('aria-labelledby'))
-  .map(el => el.outerHTML.slice(0, 120));"""
-ELSEWHERE = """return performance.getEntriesByType('resource').map(e => e.name)
-  .filter(n => !n.startsWith(location.origin));"""
-
-
-class Page:
-    """The browser on the service's page, with the waits and checks the tests share."""
-
-    def __init__(self, driver: Any, service: Service, screenshots: Path) -> None:
-        self.driver, self.service, self.screenshots = driver, service, screenshots
-
-    def open(self, path: str) -> None:
-        url = self.service.url + path
-        if self.driver.current_url == url:
-            self.driver.refresh()  # the same URL with a #fragment would not load the page again
-        else:
-            self.driver.get(url)
-
-    def sign_in(self, who: str) -> None:
-        self.open("/ui/")
-        self.wait("#login-key").send_keys(self.service.keys[who], Keys.ENTER)
-        self.wait("#view-title")
-
-    def wait(self, css: str, timeout: float = WAIT) -> WebElement:
-        return WebDriverWait(self.driver, timeout).until(ec.visibility_of_element_located((By.CSS_SELECTOR, css)))
-
-    def wait_text(self, css: str, text: str, timeout: float = WAIT) -> WebElement:
-        WebDriverWait(self.driver, timeout).until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, css), text))
-        return self.driver.find_element(By.CSS_SELECTOR, css)
-
-    def all(self, css: str) -> list[WebElement]:
-        return list(self.driver.find_elements(By.CSS_SELECTOR, css))
-
-    def shot(self, name: str) -> None:
-        """A screenshot of the whole page (up to 2400 px tall) at the current width."""
-        width = self.driver.get_window_size()["width"]
-        height = self.driver.execute_script("return document.documentElement.scrollHeight")
-        self.driver.set_window_size(width, min(max(height, 700), 2400))
-        self.driver.execute_script("window.scrollTo(0, 0)")
-        self.driver.save_screenshot(str(self.screenshots / f"{name}.png"))
-        self.driver.set_window_size(width, 900)
-
-    def unlabelled(self) -> list[str]:
-        return list(self.driver.execute_script(UNLABELLED))
-
-    def elsewhere(self) -> list[str]:
-        return list(self.driver.execute_script(ELSEWHERE))
-
-    def console_errors(self) -> list[str]:
-        # the first /auth/me of a visit without a key is a 401 by design: the page then shows its login box
-        return [
-            e["message"]
-            for e in self.driver.get_log("browser")
-            if e["level"] == "SEVERE" and not ("/auth/me" in e["message"] and "401" in e["message"])
-        ]
-
-    def api(self, method: str, path: str, **kwargs: Any) -> Any:
-        headers = {"X-API-Key": self.service.keys["admin"]}
-        response = httpx.request(method, self.service.url + path, headers=headers, timeout=120, **kwargs)
-        assert response.status_code < 300, response.text
-        return response.json()
-
-
-@pytest.fixture
-def page(browser: Any, service: Service, screenshots: Path) -> Page:
-    return Page(browser, service, screenshots)
 
 
 def test_each_page_loads_labelled_and_from_this_service_only(page: Page) -> None:
     page.sign_in("admin")
     for name, marker in (
         ("search", "#q"),
-        ("dashboard", "details.run-panel"),
-        ("incidents", "#incident-form"),
+        ("dashboard", ".cards > *"),  # the set cards, drawn after the run form
+        ("incidents", "#queue .queue-status:not(:empty)"),
         ("documents", "#document-list table"),
+        ("labs/synthesis", "#proposals-status:not(:empty)"),
+        ("labs/sweeps", "#sweep-list table, #sweep-list .empty"),
+        ("labs/answers", "#answers-list table, #answers-list .empty"),
     ):
         page.open(f"/ui/#/{name}")
         page.wait(marker)
         assert page.wait("#view-title").text
         assert page.unlabelled() == [], name
-        page.shot(f"page-{name}")
+        assert page.stray_text() == [], name  # e.g. a `null` child printed as text
+        page.shot(f"page-{name.replace('/', '-')}")
     assert page.elsewhere() == []
     assert page.console_errors() == []
 

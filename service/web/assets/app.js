@@ -1,11 +1,12 @@
-// The page's shell: sign-in, who is signed in and what they may do, and the router between the four views
-// (#/search, #/dashboard, #/incidents, #/documents). Each view module exports `render(root, ctx, params)`.
+// The page's shell: sign-in, who is signed in and what they may do, and the router between the five views
+// (#/search, #/dashboard, #/incidents, #/documents, #/labs). Each view module exports `render(root, ctx, params)`.
 
 import { ApiError, get, session } from "./api.js";
 import { $, errorBox, h, replace } from "./dom.js";
 import * as dashboard from "./dashboard.js";
 import * as documents from "./documents.js";
 import * as incidents from "./incidents.js";
+import * as labs from "./labs.js";
 import * as search from "./search.js";
 
 const VIEWS = {
@@ -13,6 +14,7 @@ const VIEWS = {
   dashboard: { module: dashboard, title: "Retrieval quality", roles: ["eval:run"] },
   incidents: { module: incidents, title: "Incident desk", roles: ["incidents:report", "incidents:review"] },
   documents: { module: documents, title: "Documents", roles: ["search", "ingest"] },
+  labs: { module: labs, title: "Labs: day-0 sets, sweeps and answer grades", roles: ["eval:run"] },
 };
 
 const ctx = {

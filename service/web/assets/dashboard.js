@@ -3,7 +3,7 @@
 // monitoring runs, and two runs side by side.
 
 import { api, get, post } from "./api.js";
-import { badge, barChart, errorBox, field, fmt, h, lineChart, replace, select, table, when } from "./dom.js";
+import { add, badge, barChart, errorBox, field, fmt, h, lineChart, replace, select, table, when } from "./dom.js";
 import { CHOICES, searchOptions } from "./search.js";
 
 const HISTORY_METRICS = ["hit@5", "recall@10", "mrr", "ndcg@10"];
@@ -31,7 +31,7 @@ function policyText(policy, origin, tightened = []) {
 // Where a queued run stands: its place among its caller group's queued runs (the groups take turns).
 const queueText = (job) => `number ${job.position} in its group's queue; the groups take turns`;
 
-function gateView(gate) {
+export function gateView(gate) {
   if (!gate) return h("p", { class: "gate" }, "Not gated (no baseline).");
   return h(
     "div",
@@ -270,7 +270,7 @@ async function overview(root, ctx, finished) {
   const others = [...manual, ...experiments].sort((a, b) => b.created_at.localeCompare(a.created_at));
   const cards = h("div", { class: "cards" });
   const done = finished ? h("p", { role: "status", tabindex: "-1", id: "run-done" }, "Run ", runLink(finished), " finished.") : null;
-  root.append(runForm(ctx, sets, (runId) => overview(replace(root), ctx, runId)), done, cards);
+  add(root, runForm(ctx, sets, (runId) => overview(replace(root), ctx, runId)), done, cards); // done: null unless a run just finished
   const latest = new Map();
   for (const r of [...monitoring, ...others]) if (!latest.has(r.set)) latest.set(r.set, r);
   if (!latest.size) cards.append(h("p", {}, "No evaluation runs yet: run one above, or schedule monitoring (PLUMBLINE_EVAL_SCHEDULE)."));
