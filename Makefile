@@ -11,7 +11,7 @@ DATA   ?= data
 export HF_HUB_OFFLINE = 1
 export TRANSFORMERS_OFFLINE = 1
 
-.PHONY: setup run test test-fast lint deploy-check bench-quality bench-speed eval-gate demo-embeddings screenshots clean
+.PHONY: setup run test test-fast lint deploy-check llm-venv bench-quality bench-speed eval-gate demo-embeddings screenshots clean
 
 $(BIN)/plumbline: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,11 @@ deploy-check: setup
 	$(BIN)/hadolint Dockerfile
 	$(BIN)/check-jsonschema --builtin-schema vendor.compose-spec deploy/docker-compose.yml
 	$(BIN)/pytest -q -p no:cacheprovider tests/deploy/test_helm.py
+
+# The real LLM server's venv (llama-cpp-python's server and SmolLM2-135M) for tests/service/evaluation/test_real_llm.py,
+# which skips without it: about 7 minutes the first time (a compile), seconds after (pip's wheel cache).
+llm-venv:
+	scripts/llm-venv.sh
 
 # The regression gate CI can run against the committed baseline (exit 1 on a regression).
 eval-gate: setup

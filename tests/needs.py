@@ -1,5 +1,6 @@
 """What a test does when a system binary or capability it needs is missing: skip, saying why, or fail where CI says
-it must be there (`.ci/run` sets PLUMBLINE_REQUIRE_POSTGRES, _PROMETHEUS, _BROWSER and _LOOP_MOUNT)."""
+it must be there (`.ci/run` sets PLUMBLINE_REQUIRE_POSTGRES, _PROMETHEUS, _BROWSER, _LOOP_MOUNT and _LLM, the last for
+the real LLM server's venv that tests/llm_server.py looks for)."""
 
 from __future__ import annotations
 
