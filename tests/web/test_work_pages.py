@@ -92,6 +92,11 @@ def test_a_synthesis_is_drafted_followed_and_its_proposed_cases_reviewed(page: P
     page.shot("synthesis-discarded")
     _checked(page)
 
+    run = page.api("POST", "/eval/run", json={"set": "day0"})  # the accepted case, replayed: counted apart
+    page.open(f"/ui/#/dashboard/run/{run['run_id']}")
+    assert "1 of 1 cases are synthetic" in page.wait_text("#origin", "synthetic").text
+    _checked(page)
+
 
 def _number(text: str) -> float:
     return float(text.split()[0])

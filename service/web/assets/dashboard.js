@@ -63,6 +63,22 @@ function categoryBars(run, metric) {
   return barChart(`${metric} per category, worst first`, rows);
 }
 
+function originView(run, metric) {
+  // a synthetic set can mislead: its cases are always counted and scored apart from people's
+  const synthetic = (run.by_origin || []).find((g) => g.name === "synthetic");
+  if (!synthetic) return null;
+  return h(
+    "div",
+    { class: "warning", role: "note", id: "origin" },
+    h("p", {}, `${synthetic.cases} of ${run.cases_total} cases are synthetic (written by an LLM), the rest human: read them apart.`),
+    table(
+      ["Cases", "Count", metric],
+      run.by_origin.map((g) => [g.name, String(g.cases), fmt(g.metrics[metric])]),
+      { caption: "Synthetic and human cases apart" },
+    ),
+  );
+}
+
 function diagnosis(run) {
   const problems = run.diagnosis.filter((d) => d.problem !== "none");
   if (!problems.length) return h("p", { class: "diagnosis" }, "Diagnosis: nothing stands out.");
@@ -321,6 +337,7 @@ async function runView(root, runId) {
       { class: "panel" },
       h("h3", {}, `Run ${run.run_id} `, badge(run.kind)),
       h("p", {}, `Set ${run.set} · ${when(run.created_at)} · unit ${run.unit} · ${run.cases_total} cases`),
+      originView(run, metric),
       gateView(run.gate),
       run.gate?.checks?.length
         ? table(
