@@ -570,8 +570,8 @@ def mark_pareto(rows: Sequence[Row], *, quality: str) -> list[Row]:
 
 
 def choose(rows: Sequence[Row], *, quality: str) -> Row:
-    """The best quality on the tune split; qualities within 1e-9 tie, broken by lower p95 latency, then fewer context
-    tokens, then label.
+    """The best quality on the tune split; qualities within 1e-9 tie, broken by fewer context tokens (deterministic),
+    then lower p95 latency (measured, so noisy: a last resort), then label.
 
     Example:
         >>> a = Row(Config.of({"k": 5}), {"mrr@10": 0.5}, {}, 1.0, 20.0, 10.0)
@@ -584,7 +584,7 @@ def choose(rows: Sequence[Row], *, quality: str) -> Row:
     key = _oriented(quality)
     best = max(key(r) for r in rows)
     tied = [r for r in rows if key(r) >= best - TIE]
-    return min(tied, key=lambda r: (r.p95_ms, r.context_tokens, r.label))
+    return min(tied, key=lambda r: (r.context_tokens, r.p95_ms, r.label))
 
 
 # --- the held-out comparison -----------------------------------------------------------------------------------------

@@ -212,7 +212,7 @@ class Work:
             result = sweeper.run(result_id, req, cases, progress)
             return sweep_summary(result), result.to_json()
 
-        return self._start(caller, "sweep", req.set_name, req.to_json(), len(configs) + 3, work)
+        return self._start(caller, "sweep", req.set_name, req.to_json(), len(configs) + 2, work)
 
     def promote(self, caller: Principal, result_id: str, baseline: str | None) -> tuple[dict[str, Any], Evaluation]:
         """Make a finished sweep's winner the served search defaults, through the gate: the sweep's set is run with

@@ -238,11 +238,13 @@ def _local(args: argparse.Namespace, kind: str, start: Callable[[Any, Any], str]
         work = Work(runtime)
         result_id = start(work, caller)
         print(f"{kind} {result_id} started", file=sys.stderr)
+        said: tuple[int, int] | None = None
         with progress_bar(kind) as bar:
             while True:
                 view = work.view(caller, kind, result_id)
                 if view.job is not None:
                     bar(view.job.done, view.job.total)
+                    said = _say(kind, result_id, (view.job.done, view.job.total), said)
                 if view.status in ENDED:
                     break
                 runtime.evals.wait(POLL_SECONDS)
@@ -260,13 +262,22 @@ def _remote(url: str, path: str, body: dict[str, Any], plural: str) -> dict[str,
             raise EvalError(f"{url} answered {response.status_code}: {response.text[:500]}")
         result_id = response.json()["id"]
         print(f"{plural} {result_id} started on {url}", file=sys.stderr)
+        said: tuple[int, int] | None = None
         while True:
             view = poll(client, f"{url}/eval/{plural}/{result_id}")
             progress = view.get("progress") or {}
             bar(progress.get("done", 0), progress.get("total", 0))
+            said = _say(plural, result_id, (progress.get("done", 0), progress.get("total", 0)), said)
             if view["status"] in ENDED:
                 return view
             time.sleep(POLL_SECONDS)
+
+
+def _say(kind: str, result_id: str, now: tuple[int, int], said: tuple[int, int] | None) -> tuple[int, int]:
+    """Where the work stands, a line on stderr each time it moves, where no progress bar shows (not a terminal)."""
+    if now != said and not sys.stderr.isatty():
+        print(f"{kind} {result_id}: {now[0]}/{now[1]}", file=sys.stderr)
+    return now
 
 
 def _print(view: dict[str, Any], as_json: bool, lines: Callable[[dict[str, Any]], list[str]]) -> int:

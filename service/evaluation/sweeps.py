@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import logging
 import shutil
 import time
@@ -92,8 +93,8 @@ class Served:
 
 @dataclass
 class _Timed:
-    """A retriever that searches one question at a time, timing each, and keeps the top k texts (a generator's
-    context)."""
+    """A retriever that searches one question at a time, timing each, and returns its configuration's top k only
+    (what a generator would receive, so recall@10 of a k=5 row is its recall@5) and keeps their texts."""
 
     inner: PipelineRetriever
     k: int
@@ -104,9 +105,9 @@ class _Timed:
         out = []
         for q in queries:
             start = time.perf_counter()
-            ranked = self.inner.retrieve([q])[0]
+            ranked = self.inner.retrieve([q])[0][: self.k]  # what the generator gets: metrics past k see no more
             self.latencies.append((time.perf_counter() - start) * 1000)
-            self.contexts.append([r.text for r in ranked[: self.k]])
+            self.contexts.append([r.text for r in ranked])
             out.append(ranked)
         return out
 
@@ -157,18 +158,24 @@ class Sweeper:
         done = 0
         rows: list[sw.Row] = []
         for key, group in _by_index(configs):
-            with self._pipeline(job_id, key, req.tenant) as pipeline:
+            with self._pipeline(job_id, key, req.tenant, functools.partial(progress, done, total)) as pipeline:
                 for config in group:
                     progress(done, total)
                     rows.append(self._row(pipeline, config, tune, req)[0])
                     done += 1
         rows = sw.mark_pareto(rows, quality=req.metric)
         winner = sw.choose(rows, quality=req.metric)
-        current = sw.Config.of(self.served.config())
+        served = self.served.config()
+        current = sw.Config.of(served)
+        if all(served.get(name) == value for name, value in winner.config.items()):
+            # the winner is the served configuration on every swept parameter: named alike, the result says so
+            current = sw.Config.of({name: served[name] for name in winner.config})
         measured = {}
         for name, config in (("winner", winner.config), ("current", current)):
             progress(done, total)
-            with self._pipeline(job_id, config.index_key(), req.tenant) as pipeline:
+            with self._pipeline(
+                job_id, config.index_key(), req.tenant, functools.partial(progress, done, total)
+            ) as pipeline:
                 measured[name] = self._row(pipeline, config, test, req)[1]
             done += 1
         progress(done, total)
@@ -243,7 +250,9 @@ class Sweeper:
             raise InvalidRequest(str(exc)) from None
         return row, run.cases
 
-    def _pipeline(self, job_id: str, key: Mapping[str, Any], tenant: str | None) -> _Scratch:
+    def _pipeline(self, job_id: str, key: Mapping[str, Any], tenant: str | None, beat: Callable[[], None]) -> _Scratch:
+        """The live pipeline for the live chunking, else a temporary index built from the stored documents, calling
+        `beat()` after each batch it copies (the job's heartbeat and its cancel: a build can take minutes)."""
         size = int(key.get("chunk_size", self.served.chunk_size))
         overlap = int(key.get("chunk_overlap", min(self.served.chunk_overlap, size // 2 - 1)))
         if (size, overlap) == (self.served.chunk_size, self.served.chunk_overlap):
@@ -259,6 +268,7 @@ class Sweeper:
             index, pipeline = self.scratch(directory, size, overlap)
             for batch in _batches(self._documents(tenant), COPY_BATCH):
                 index.ingest(batch)
+                beat()
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise

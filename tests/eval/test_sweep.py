@@ -501,3 +501,9 @@ def test_the_table_marks_pareto_rows_and_the_winner() -> None:
     assert body[2].split("|")[1].strip() == "★"  # the fastest
     assert "adopt:" in lines[-1]
     assert "split by hash" in table
+
+
+def test_a_tie_goes_to_fewer_context_tokens_before_latency() -> None:
+    lean = Row(Config.of({"k": 5}), {"recall@10": 0.9}, {}, 5.0, 30.0, 700.0)  # slower in this sample, half the context
+    wide = Row(Config.of({"k": 10}), {"recall@10": 0.9}, {}, 5.0, 20.0, 1400.0)
+    assert choose([wide, lean], quality="recall@10") is lean

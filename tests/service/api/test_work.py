@@ -223,9 +223,9 @@ def test_a_failing_gate_promotes_nothing(client: TestClient) -> None:
 def test_quality_control_discards_malformed_refused_unanswered_and_duplicate_questions(
     tmp_path: Path, llm: FakeOpenAI
 ) -> None:
-    same = "How many paid leave days do Portuguese employees receive per year"
-    reordered = "Portuguese employees receive how many paid leave days per year"
-    unanswered = "Which network port must be open for the corporate VPN client to connect"
+    same = "How many paid leave days do Portuguese employees receive per year?"
+    reordered = "Portuguese employees receive how many paid leave days per year?"
+    unanswered = "Which network port must be open for the corporate VPN client to connect?"
     questions = [{"question": q, "evidence": "25 working days"} for q in (same, reordered, unanswered)]
     llm.script(
         Reply(content="{questions: [oops"),  # the first passage's reply holds no JSON that parses
@@ -287,3 +287,12 @@ def test_a_synthesis_of_one_tenant_drafts_from_its_documents_and_its_key_sees_on
         assert {p["tenant"] for p in seen["proposals"]} == {"acme"}
         everything = c.get("/eval/sets/day0/proposals", headers=admin, params={"status": "discarded"}).json()
         assert {p["tenant"] for p in everything["proposals"]} == {"acme", "other"}
+
+
+def test_a_rows_k_is_what_it_measures_with(client: TestClient) -> None:
+    small_set(client)
+    started = client.post("/eval/sweeps", json={"set": "small", "space": {"k": [1, 10]}, "metric": "recall@10"})
+    rows = {r["config"]["k"]: r for r in follow(client, started.headers["Location"])["result"]["rows"]}
+    # the generator of a k=1 row sees one result: its recall@10 is its recall@1, and its context one chunk's tokens
+    assert rows[1]["metrics"]["recall@10"] == rows[1]["metrics"]["recall@1"]
+    assert rows[1]["context_tokens"] < rows[10]["context_tokens"]
