@@ -134,10 +134,12 @@ class JobRecords:
         """Mark every job not ended as lost (its heartbeat moved to the epoch): what a process that holds the data
         directory's lock does with a store only it can use (SQLite in the data directory) at start-up, where any job
         still running belonged to a process that died. The number marked."""
+        live = t.jobs.c.status.in_(LIVE) & (t.jobs.c.heartbeat_at != EPOCH)
+        with self.engine.connect() as conn:  # no write at all when there is nothing to mark (the usual start)
+            if not conn.scalar(select(func.count()).where(live)):
+                return 0
         with writing(self.engine) as conn:
-            return int(
-                conn.execute(update(t.jobs).where(t.jobs.c.status.in_(LIVE)).values(heartbeat_at=EPOCH)).rowcount or 0
-            )
+            return int(conn.execute(update(t.jobs).where(live).values(heartbeat_at=EPOCH)).rowcount or 0)
 
     def forget(self, run_id: str) -> None:
         """Remove an ended job's row (a resumed synthesis starts a new job under the same id); a live one stays."""
