@@ -161,6 +161,11 @@ class EvalReportOut(BaseModel):
     )
     cases: list[CaseOut] | None = None
     warnings: list[str] = Field(default_factory=list)
+    what_if: dict[str, Any] | None = Field(
+        None,
+        description="with `exclude`: this run (without those documents) against `base_run_id` (with them), per metric "
+        "and category, with the paired test",
+    )
 
 
 def _group(g: Group) -> GroupOut:

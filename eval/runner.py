@@ -68,6 +68,9 @@ class CaseResult:
     first_relevant_rank: int | None
     missed: tuple[Label, ...]
     retrieved: tuple[Retrieved, ...]
+    # per retrieved result, whether it satisfies a label (what a distractor report needs: the results that took a
+    # top-k slot without answering); None in a run stored before it was kept
+    relevant: tuple[bool, ...] | None = None
 
 
 # What a run was for. monitoring: the served configuration, scheduled or marked so; only these feed the gauges
@@ -164,6 +167,7 @@ def score_case(case: Case, ranked: Sequence[Retrieved], ks: Sequence[int], unit:
         first_relevant_rank=first,
         missed=missed,
         retrieved=tuple(ranked),
+        relevant=tuple(j.relevant),
     )
 
 

@@ -301,6 +301,12 @@ def run_to_json(run: Run) -> dict[str, Any]:
                     }
                     for i, r in enumerate(c.retrieved)
                 ],
+                # the ranks (1-based) of the results that answer: absent in a run stored before they were kept
+                **(
+                    {"relevant_ranks": [i + 1 for i, ok in enumerate(c.relevant) if ok]}
+                    if c.relevant is not None
+                    else {}
+                ),
             }
             for c in run.cases
         ],
@@ -332,12 +338,21 @@ def run_from_json(obj: dict[str, Any]) -> Run:
                     first_relevant_rank=c["first_relevant_rank"],
                     missed=tuple(Label(**label) for label in c["missed"]),
                     retrieved=tuple(Retrieved(**r) for r in c["retrieved"]),
+                    relevant=_flags(c.get("relevant_ranks"), len(c["retrieved"])),
                 )
                 for c in obj["cases"]
             ),
         )
     except (KeyError, TypeError) as exc:
         raise EvalError(f"not a Plumbline run record: {exc}") from None
+
+
+def _flags(ranks: list[int] | None, n: int) -> tuple[bool, ...] | None:
+    """Relevance per rank from the stored 1-based ranks; None for a run stored without them."""
+    if ranks is None:
+        return None
+    wanted = set(ranks)
+    return tuple(i + 1 in wanted for i in range(n))
 
 
 def dump_summary(run: Run) -> str:

@@ -114,6 +114,9 @@ class FilterSpec:
     updated_after: dt.datetime | None = None
     updated_before: dt.datetime | None = None
     metadata: tuple[MetadataCondition, ...] = ()
+    # documents left out: these ids, and documents with any of these tags (a what-if run's pruning, a search's)
+    exclude_doc_ids: tuple[str, ...] = ()
+    exclude_tags: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.updated_after and self.updated_before and self.updated_after >= self.updated_before:
@@ -129,6 +132,8 @@ class FilterSpec:
             updated_after=other.updated_after or self.updated_after,
             updated_before=other.updated_before or self.updated_before,
             metadata=self.metadata + other.metadata,
+            exclude_doc_ids=tuple(dict.fromkeys(self.exclude_doc_ids + other.exclude_doc_ids)),
+            exclude_tags=tuple(dict.fromkeys(self.exclude_tags + other.exclude_tags)),
         )
 
 
@@ -142,6 +147,8 @@ def to_filters(f: FiltersIn) -> FilterSpec:
         updated_after=f.updated_after,
         updated_before=f.updated_before,
         metadata=parse_metadata_filters(f.metadata),
+        exclude_doc_ids=tuple(f.exclude_doc_ids),
+        exclude_tags=tuple(f.exclude_tags),
     )
 
 
@@ -186,7 +193,12 @@ def build_filter(spec: FilterSpec, *, fresh_only: bool, now: dt.datetime) -> Cla
     must.extend(_metadata_condition(m) for m in spec.metadata)
     if fresh_only:
         must.append(DateRange("fresh_until", gt=now))  # see service.stores.payload.fresh_until
-    return Clause(must=tuple(must))
+    must_not: list[Condition] = []
+    if spec.exclude_doc_ids:
+        must_not.append(MatchAny("doc_id", spec.exclude_doc_ids))
+    if spec.exclude_tags:
+        must_not.append(MatchAny("tags", spec.exclude_tags))
+    return Clause(must=tuple(must), must_not=tuple(must_not))
 
 
 def keyword_corpus(spec: FilterSpec) -> Clause | None:

@@ -113,6 +113,12 @@ class FiltersIn(Strict):
     metadata: Metadata = Field(
         default_factory=dict, description='{"key": value}, {"key": [v1, v2]} or {"key": {"gte": 1, "lt": 5}}'
     )
+    exclude_doc_ids: list[Text] = Field(
+        default_factory=list, max_length=MAX_FILTER_DOC_IDS, description="leave out these documents"
+    )
+    exclude_tags: list[Text] = Field(
+        default_factory=list, max_length=MAX_FILTER_TAGS, description="leave out documents with any of these tags"
+    )
 
 
 class SearchOptions(Strict):

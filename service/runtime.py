@@ -9,6 +9,7 @@ fakes through `Components` instead of patching.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import gc
 import json
@@ -18,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,6 +35,7 @@ from service.errors import (
     public,
 )
 from service.evaluation.answers import Grader
+from service.evaluation.hygiene import HygieneService
 from service.evaluation.incidents import IncidentService
 from service.evaluation.runs import EvalService, run_spec
 from service.evaluation.schedule import Scheduler
@@ -41,6 +43,7 @@ from service.evaluation.served import KEY as SERVED_KEY
 from service.evaluation.served import served_settings
 from service.evaluation.sweeps import SCRATCH, Served, Sweeper, directory_bytes, token_counter
 from service.evaluation.synthesis import Synthesizer
+from service.filters import FilterSpec, build_filter
 from service.index.chunking import Chunker, ChunkerConfig
 from service.index.index import Index, IndexLimits
 from service.index.loaders import iter_documents
@@ -66,6 +69,7 @@ if TYPE_CHECKING:
     from service.stores.qdrant import QdrantOptions
 
 log = logging.getLogger("plumbline")
+CORPUS_ACTIONS = ("documents.ingest", "documents.delete")  # the audited changes of the corpus (`corpus_size`)
 SERVED_REFRESH_SECONDS = 15.0  # how often a replica reads the promoted search defaults (`Runtime.refresh_served`)
 PRELOAD_BATCH = 16  # documents per ingest batch at start-up: a progress line after each
 T = TypeVar("T")
@@ -210,6 +214,8 @@ class Runtime:
         self._index: Index | None = None
         self._pipeline: SearchPipeline | None = None
         self._tokens: Callable[[str], int] | None = None
+        self._corpus_at: dict[str, dict[str, int]] = {}  # a monitoring run's corpus, by run id (read once)
+        self._corpus_seen: dict[str, tuple[int, int]] = {}  # the corpus's size at the scheduler's last tick, by set
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self.scheduler = Scheduler(settings.eval_schedule, self._monitor)
@@ -314,6 +320,10 @@ class Runtime:
         self.llm().close()
         return Grader(self.index, self.evals.runs, self.llm, self.settings.llm_model or "")
 
+    def hygiene(self) -> HygieneService:
+        """Distractor reports' index side: freshness and near-duplicates of the documents that crowd a run's top k."""
+        return HygieneService(self.index, self.pipeline.embedder)
+
     def sweeper(self) -> Sweeper:
         """Sweeps over the live pipeline and temporary indexes in DATA_DIR/scratch."""
         s = self.settings
@@ -339,6 +349,19 @@ class Runtime:
         if self._tokens is None:
             self._tokens = token_counter(Path(resolve_model_path(PACKAGED_MODEL)) / "tokenizer.json")
         return self._tokens
+
+    def corpus_size(self, tenant: str | None = None) -> dict[str, int]:
+        """The committed corpus: documents and chunks (with `tenant`, that tenant's documents), and the id of the
+        newest ingest or delete in the audit log (which batches a run covers)."""
+        index = self.index
+        if tenant is None:
+            out = {"documents": index.documents(), "chunks": index.chunks()}
+        else:
+            spec = FilterSpec(tenant=tenant)
+            out = {"documents": index.count_records(build_filter(spec, fresh_only=False, now=dt.datetime.now(dt.UTC)))}
+        if self._state is not None:
+            out["last_change"] = self._state.audit.latest_id(CORPUS_ACTIONS)
+        return out
 
     def promote_served(self, record: dict[str, Any]) -> None:
         """Store promoted search defaults (`service.evaluation.served`) and serve them here at once; the other replicas
@@ -370,12 +393,44 @@ class Runtime:
         return json.loads(stored) if stored else None
 
     def _monitor(self, set_name: str, interval: float) -> bool:
-        """The scheduler's run: set `set_name` over the served configuration, if due; True if it ran."""
+        """The scheduler's run: set `set_name` over the served configuration when its interval is due, or when the
+        corpus has changed by more than `eval_on_corpus_change` since the set's last monitoring run and has settled
+        (the same size at two ticks in a row); True if it ran. The run records why it
+        ran and the corpus changes it covers (the audit ids after the previous run's `last_change`)."""
         spec = run_spec(RunOptions(set_name, monitoring=True), self.settings, self.pipeline)
+        record: dict[str, Any] = {"trigger": "schedule"}
+        due = interval
+        if not self.evals.monitoring_due(set_name, interval) and (moved := self._corpus_moved(set_name)) is not None:
+            record = {"trigger": "corpus change", "covers_changes_after": moved}
+            due = 0.0  # now: the lease makes it one replica's; the run it stores resets what "changed" compares with
+        spec = replace(spec, params_record={**spec.params_record, **record})
         # no HTTP caller waits on it: a large set may take longer than PLUMBLINE_EVAL_TIMEOUT_SECONDS
         with self.auditing("scheduler", "eval.run", detail={"set": set_name}):  # stored with the run, if it was due
-            ev = self.evals.evaluate(spec, if_older_than=interval, limited=False)
+            ev = self.evals.evaluate(spec, if_older_than=due, limited=False)
         return ev is not None
+
+    def _corpus_moved(self, set_name: str) -> int | None:
+        """The previous run's `last_change` when the corpus has grown or shrunk by more than `eval_on_corpus_change`
+        (documents or chunks) since the set's latest monitoring run, and is the same size as at the previous tick
+        (settled: a run does not start in the middle of a bulk load); None otherwise (or off, or no run yet)."""
+        share = self.settings.eval_on_corpus_change
+        latest = self.evals.runs.latest_ids("monitoring").get(set_name)
+        if not share or latest is None:
+            return None
+        then = self._corpus_at.get(latest)
+        if then is None:
+            then = self._corpus_at[latest] = dict(self.evals.runs.get(latest).params.get("corpus") or {})
+        now = self.corpus_size()
+        sizes = (now["documents"], now["chunks"])
+        settled, self._corpus_seen[set_name] = self._corpus_seen.get(set_name) == sizes, sizes
+        if not then or not settled:
+            return None
+        moved = max(
+            abs(now[key] - then.get(key, 0)) / max(1, then.get(key, 0))
+            for key in ("documents", "chunks")
+            if key in then
+        )
+        return int(then.get("last_change", 0)) if moved > share else None
 
     def _open_state(self) -> None:
         """Open and migrate the state store (importing a file-layout data directory once) and build the services
@@ -409,6 +464,7 @@ class Runtime:
             tenant_max_runs=s.tenant_max_runs,
             timeout=s.eval_timeout_seconds,
             reserve_space=self.reserve_space,
+            corpus=self.corpus_size,
         )
 
     def take_lock(self) -> bool:

@@ -291,6 +291,15 @@ class Settings(BaseSettings):
         "a run when an accepted incident that passed before fails now",
     )
 
+    eval_on_corpus_change: float = Field(
+        0.1,
+        ge=0,
+        le=10,
+        description="a scheduled set also gets a monitoring run when the committed corpus has grown or shrunk by more "
+        "than this share of its documents or chunks since the set's last one, once the corpus has settled (the same "
+        "size at two scheduler ticks); 0: only the schedule",
+    )
+
     # the LLM that writes synthetic questions and judges answers (any OpenAI-compatible chat-completions server)
     llm_base_url: str | None = Field(
         None,

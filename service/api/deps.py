@@ -53,7 +53,7 @@ async def get_evaluations(runtime: RuntimeDep) -> Evaluations:
     """Eval runs, sets and baselines: once the runtime is up (holds the data directory's lock, the state store is
     open)."""
     runtime.refresh_served()
-    return Evaluations(runtime.evals, runtime.settings)
+    return Evaluations(runtime.evals, runtime.settings, hygiene=runtime.hygiene)
 
 
 async def get_incident_desk(runtime: RuntimeDep) -> Incidents:

@@ -86,6 +86,11 @@ class DeleteResponse(BaseModel):
     deleted_chunks: int
 
 
+class StatusChange(BaseModel):
+    id: str
+    status: str = Field(description="the document's status now")
+
+
 class SearchRequest(SearchOptions):
     query: Text
     k: int | None = None
@@ -190,6 +195,11 @@ class Health(BaseModel):
     chunks: int | None = None
 
 
+class ExcludeIn(Strict):
+    doc_ids: list[Text] = Field(default_factory=list, max_length=1000, description="documents to leave out")
+    tags: list[Text] = Field(default_factory=list, max_length=1000, description="leave out documents with these tags")
+
+
 class EvalRunRequest(Strict):
     set: str = Field(description="name of a labelled set (see GET /eval/sets)")
     k: list[int] = Field(default_factory=lambda: [1, 5, 10], min_length=1, max_length=MAX_KS)
@@ -215,6 +225,11 @@ class EvalRunRequest(Strict):
         None, description="true: a regressed incident case fails the gate, where the policy only warns"
     )
     include_cases: bool = True
+    exclude: ExcludeIn | None = Field(
+        None,
+        description="what-if pruning: run the set as asked and again without these documents, as experiments no gate "
+        "judges, and report the change per metric and category with the paired test (`what_if`)",
+    )
     monitoring: bool = Field(
         False,
         strict=True,
@@ -313,3 +328,9 @@ class RunSummary(BaseModel):
         None, description="the policy the verdict was judged by (null when not gated, or filed before policies were)"
     )
     overrides: dict[str, Any] = Field(default_factory=dict, description="an experiment's overrides")
+    corpus: dict[str, int] | None = Field(
+        None,
+        description="the corpus it ran over: documents, chunks (a tenant's documents for a run confined to one), and "
+        "last_change, the audit id of the newest ingest or delete it covers; null for runs stored before",
+    )
+    trigger: str | None = Field(None, description='a monitoring run\'s: "schedule" or "corpus change"')

@@ -9,11 +9,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from service.access.principals import Principal, confine, visible, write_tenant
-from service.domain import Document
-from service.errors import InvalidRequest, NotFound
+from service.domain import DocStatus, Document
+from service.errors import Conflict, InvalidRequest, NotFound
 from service.filters import FilterSpec, build_filter
 from service.index.index import Index, IngestResult, StoredDocument
 from service.stores.payload import DocumentEntry
+
+ARCHIVED_FROM = "archived_from"  # the metadata key an archived document keeps its former status under
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,32 @@ class Documents:
         if not visible(caller, stored.document.tenant):
             raise NotFound(f"no document with id {doc_id!r}")
         return stored
+
+    def archive(self, caller: Principal, doc_id: str) -> Document:
+        """Archive a document the caller may see (status `archived`, which search leaves out), keeping the status it
+        had in its metadata (`archived_from`) for `restore`; the document as written. Already archived: `Conflict`."""
+        doc = self.get(caller, doc_id).document
+        if doc.status == DocStatus.ARCHIVED:
+            raise Conflict(f"document {doc_id!r} is archived already: restore it with POST /documents/{doc_id}/restore")
+        archived = replace(doc, status=DocStatus.ARCHIVED, metadata={**doc.metadata, ARCHIVED_FROM: doc.status.value})
+        self.index.ingest([archived])
+        return archived
+
+    def restore(self, caller: Principal, doc_id: str) -> Document:
+        """Undo `archive`: the status the document had before, its metadata as it was; the document as written. A
+        document not archived this way (no `archived_from`) is a `Conflict` saying how to set its status instead."""
+        doc = self.get(caller, doc_id).document
+        before = doc.metadata.get(ARCHIVED_FROM)
+        if doc.status != DocStatus.ARCHIVED or before not in {s.value for s in DocStatus}:
+            raise Conflict(
+                f"document {doc_id!r} was not archived by POST /documents/{doc_id}/archive ({doc.status.value}): "
+                "set its status by sending it again with POST /documents"
+            )
+        restored = replace(
+            doc, status=DocStatus(before), metadata={k: v for k, v in doc.metadata.items() if k != ARCHIVED_FROM}
+        )
+        self.index.ingest([restored])
+        return restored
 
     def delete(self, caller: Principal, doc_id: str) -> tuple[int, str | None]:
         """Remove a document the caller may see; the number of chunks it had, and its tenant."""

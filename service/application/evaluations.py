@@ -5,17 +5,21 @@ that started a background run may cancel it); shadowing a packaged set or baseli
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from eval.cases import Case, dump_jsonl
+from eval.distractors import WhatIf, what_if
 from eval.gate import Judging, judging
 from eval.runner import KINDS, Run
 from eval.storage import Baseline, RunSummary
 from eval.verdict import GatePolicy, GateRequest
-from service.access.principals import Principal, require
-from service.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from service.access.principals import Principal, require, visible
+from service.errors import Conflict, Forbidden, InvalidRequest, NotFound, NotReady
+from service.evaluation.hygiene import Hygiene, HygieneService
 from service.evaluation.retriever import Evaluation, tenant_cases
 from service.evaluation.runs import EvalService, RunSpec, run_spec
+from service.filters import FilterSpec
 from service.options import RunOptions
 from service.retrieval.pipeline import SearchPipeline
 from service.settings import Settings
@@ -29,10 +33,16 @@ class SetInfo:
     source: str | None
 
 
+RECENT_RUNS = 50  # the most monitoring runs of a set one distractor report reads
+
+
 class Evaluations:
-    def __init__(self, evals: EvalService, settings: Settings) -> None:
+    def __init__(
+        self, evals: EvalService, settings: Settings, hygiene: Callable[[], HygieneService] | None = None
+    ) -> None:
         self.evals = evals
         self.settings = settings
+        self.hygiene = hygiene  # the index's side of distractor reports (None where there is no index)
 
     def authorize(self, caller: Principal, *, monitoring: bool) -> None:
         """Refuse a run the caller may not start, before anything it asks for is looked at (the API calls this before
@@ -54,6 +64,59 @@ class Evaluations:
         if ev is None:  # only a scheduled run asks to run just when due
             raise Conflict("the run was not due")
         return spec, ev
+
+    def what_if(
+        self, caller: Principal, options: RunOptions, exclude: FilterSpec, pipeline: SearchPipeline
+    ) -> tuple[Evaluation, Evaluation, WhatIf]:
+        """Run the set twice, as asked and with the documents `exclude` names left out (ids, or any of its tags), as
+        experiments that no gate judges, and compare them case by case (`eval.distractors.what_if`): what pruning
+        those documents would do, before anything is archived. The run without the exclusion, the one with it, and
+        the comparison."""
+        if options.monitoring or options.baseline:
+            raise InvalidRequest(
+                "a what-if run (exclude) is an experiment: no baseline, no monitoring; gate the configuration you "
+                "adopt afterwards"
+            )
+        if not exclude.exclude_doc_ids and not exclude.exclude_tags:
+            raise InvalidRequest("exclude names nothing: give doc_ids or tags to leave out")
+        filters = options.search.filters.merged(exclude)
+        given = {**options.search.given}
+        given["filters"] = {
+            **dict(given.get("filters", {})),
+            "exclude_doc_ids": list(filters.exclude_doc_ids),
+            "exclude_tags": list(filters.exclude_tags),
+        }
+        pruned = replace(options, search=replace(options.search, filters=filters, given=given))
+        base = self.evals.evaluate(self._spec(caller, options, pipeline))
+        after = self.evals.evaluate(self._spec(caller, pruned, pipeline))
+        if base is None or after is None:  # only a scheduled run asks to run just when due
+            raise Conflict("the run was not due")
+        return base, after, what_if(base.run, after.run)
+
+    def distractors(
+        self,
+        caller: Principal,
+        *,
+        run_id: str | None = None,
+        set_name: str | None = None,
+        recent: int = 5,
+        k: int | None = None,
+        limit: int = 20,
+    ) -> Hygiene:
+        """The documents that took top-k slots without answering in run `run_id`, or over set `set_name`'s `recent`
+        monitoring runs (for a tenant-bound key, the runs confined to its tenant: its manual and experiment runs,
+        since monitoring runs cover every tenant); a tenant-bound key never sees another tenant's document."""
+        if self.hygiene is None:
+            raise NotReady("distractor reports need the index")
+        if run_id is not None:
+            runs = [self.stored_run(caller, run_id)]
+        else:
+            kind = "monitoring" if caller.tenant is None else None
+            listed = self.evals.runs.summaries(min(recent, RECENT_RUNS), 0, set_name, kind, caller.tenant)
+            runs = [self.evals.runs.get(r.run_id) for r in listed]
+            if not runs:
+                raise NotFound(f"set {set_name!r} has no {kind or 'stored'} run to report on: run it first")
+        return self.hygiene().distractors(runs, k=k, limit=limit, visible=lambda t: visible(caller, t))
 
     def submit(self, caller: Principal, options: RunOptions, pipeline: SearchPipeline) -> tuple[RunSpec, str]:
         """Start the run in the background; its id."""

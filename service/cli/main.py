@@ -72,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from service.cli import hygiene as hygiene_cli
     from service.cli import incidents as incidents_cli
     from service.cli import ingest as ingest_cli
     from service.cli import keys as keys_cli
@@ -92,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="evaluate retrieval on a labelled set").add_subparsers(required=True)
     work_cli.add_parsers(ev)
+    hygiene_cli.add_parsers(ev)
     run = ev.add_parser("run", help="replay a labelled set; gate against a baseline")
     target = run.add_mutually_exclusive_group()
     target.add_argument("--url", help="evaluate a running Plumbline through its /search")
@@ -126,6 +128,14 @@ def _parser() -> argparse.ArgumentParser:
         help="a monitoring run of the served configuration, which feeds the gauges and alerts; with --url the "
         "service runs it (one replica at a time) while this shows its progress: a Kubernetes CronJob's command",
     )
+    run.add_argument(
+        "--exclude-doc",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="what if: run again without this document and compare (repeatable; see `eval distractors`)",
+    )
+    run.add_argument("--exclude-tag", action="append", default=[], metavar="TAG", help="what if: without this tag")
     run.add_argument("--save-run", type=Path, help="also write the run record to this file")
     run.add_argument("--json", action="store_true", help="print the report as JSON")
     run.set_defaults(func=_eval_run)
@@ -209,6 +219,41 @@ def _eval_run(args: argparse.Namespace) -> int:
         raise EvalError("--monitoring replays a stored set over the served configuration: no --override, no files")
     if args.monitoring and args.url:
         return _monitor_remote(args, config)
+    if args.exclude_doc or args.exclude_tag:
+        return _what_if(args, overrides, config)
+    run, gate = _replay(args, overrides, config)
+    if args.save_run:
+        write_atomic(args.save_run, dump_run(run))
+    report = build_report(run)
+    print(json.dumps(report_json(run, report, gate), indent=1) if args.json else format_table(run, report, gate))
+    return EXIT_REGRESSION if gate is not None and not gate.passed else EXIT_OK
+
+
+def _what_if(args: argparse.Namespace, overrides: dict[str, Any], config: GateRequest) -> int:
+    """`--exclude-doc` / `--exclude-tag`: the run as asked, then again without those documents (experiments no gate
+    judges), compared case by case: what pruning them would do."""
+    from eval.distractors import what_if
+
+    if args.baseline or args.monitoring:
+        raise EvalError("a what-if run (--exclude-*) is an experiment: no --baseline, no --monitoring")
+    filters = dict(overrides.get("filters", {}))
+    filters["exclude_doc_ids"] = [*filters.get("exclude_doc_ids", []), *args.exclude_doc]
+    filters["exclude_tags"] = [*filters.get("exclude_tags", []), *args.exclude_tag]
+    base, _ = _replay(args, overrides, config)
+    pruned, _ = _replay(args, {**overrides, "filters": filters}, config)
+    compared = what_if(base, pruned)
+    if args.json:
+        print(json.dumps({**report_json(pruned, build_report(pruned), None), "what_if": compared.to_json()}, indent=1))
+    else:
+        print(format_table(pruned, build_report(pruned), None))
+        print(f"-- what if: without {', '.join(args.exclude_doc + [f'tag {t}' for t in args.exclude_tag])}")
+        print(f"   (run {pruned.run_id} against {base.run_id}, the same cases with them)")
+        print("\n".join(f"   {line}" for line in compared.verdicts))
+    return EXIT_OK
+
+
+def _replay(args: argparse.Namespace, overrides: dict[str, Any], config: GateRequest) -> tuple[Run, GateResult | None]:
+    """One run of the set: through a remote /search (`--url`), or in this process."""
     if args.url:
         from service.cli.remote import HttpRetriever
 
@@ -219,17 +264,11 @@ def _eval_run(args: argparse.Namespace) -> int:
         retriever: Retriever = HttpRetriever(args.url, overrides)
         run = run_set(cases, retriever, set_name=set_name, ks=args.k, unit=args.unit, params=overrides)
         gate = judged.compare(run, baseline.run) if judged and baseline else None
-        if gate is not None:
-            run = replace(run, gate=gate)
-    else:
-        run, gate, warnings = _eval_in_process(args, overrides, config)
-        for warning in warnings:
-            print(f"plumbline: warning: {warning}", file=sys.stderr)
-    if args.save_run:
-        write_atomic(args.save_run, dump_run(run))
-    report = build_report(run)
-    print(json.dumps(report_json(run, report, gate), indent=1) if args.json else format_table(run, report, gate))
-    return EXIT_REGRESSION if gate is not None and not gate.passed else EXIT_OK
+        return (replace(run, gate=gate) if gate is not None else run), gate
+    run, gate, warnings = _eval_in_process(args, overrides, config)
+    for warning in warnings:
+        print(f"plumbline: warning: {warning}", file=sys.stderr)
+    return run, gate
 
 
 def _eval_in_process(

@@ -44,6 +44,11 @@ class EvalGaugeCollector(Collector):
             "When the latest monitoring run finished (Unix time).",
             labels=["set"],
         )
+        corpus = GaugeMetricFamily(
+            "plumbline_eval_corpus_documents",
+            "Documents in the corpus when the latest monitoring run ran (read precision against growth).",
+            labels=["set"],
+        )
         interval = GaugeMetricFamily(
             "plumbline_eval_schedule_interval_seconds",
             "How often a set's monitoring run is scheduled (PLUMBLINE_EVAL_SCHEDULE).",
@@ -60,7 +65,10 @@ class EvalGaugeCollector(Collector):
             if ev.run.gate is not None:
                 passed.add_metric([set_name], 1.0 if ev.run.gate.passed else 0.0)
             when.add_metric([set_name], _timestamp(ev.run.created_at))
-        yield from (score, reference, cases, passed, when, interval)
+            size = (ev.run.params.get("corpus") or {}).get("documents")
+            if size is not None:  # runs stored before the corpus was recorded have none
+                corpus.add_metric([set_name], float(size))
+        yield from (score, reference, cases, passed, when, corpus, interval)
 
 
 def _add_scores(

@@ -152,8 +152,12 @@ class EvalService:
         tenant_max_runs: int = 0,
         timeout: float = 600.0,
         reserve_space: Callable[[int], None] = lambda _: None,
+        corpus: Callable[[str | None], Mapping[str, int]] | None = None,
     ) -> None:
         self.sets = sets
+        # the corpus a run replays over (documents, chunks; a tenant's documents for a run confined to it), recorded
+        # in its params, so a precision drop can be read against growth
+        self.corpus = corpus
         self.runs = runs
         self.jobs = jobs
         self.leases = leases
@@ -368,7 +372,10 @@ class EvalService:
         cases = tenant_cases(self.cases(spec.set_name, tenant=spec.tenant), spec.tenant)
         if not cases:
             raise EvalError(f"set {spec.set_name!r} has no case for tenant {spec.tenant!r}")
-        spec = replace(spec, params_record={**spec.params_record, "set_source": self.sets.source(spec.set_name)})
+        record = {**spec.params_record, "set_source": self.sets.source(spec.set_name)}
+        if self.corpus is not None:
+            record["corpus"] = dict(self.corpus(spec.tenant))
+        spec = replace(spec, params_record=record)
         reference = None
         if spec.baseline is None and spec.kind == "monitoring":
             with suppress(UnknownName):

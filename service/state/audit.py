@@ -18,13 +18,13 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Engine, insert, select
+from sqlalchemy import Connection, Engine, func, insert, select
 
 from service.errors import PlumblineError
 from service.state import schema as t
@@ -181,6 +181,14 @@ class AuditRecords:
             _pending.reset(token)
         if after and not entry.written:
             self.record(entry)
+
+    def latest_id(self, actions: Sequence[str]) -> int:
+        """The id of the newest entry of one of `actions` (0 when there is none): e.g. the newest change of the
+        corpus, which a run records to say which ingest batches it covers. (An index change is audited after it
+        commits, so a run may cover one whose entry is not written yet.)"""
+        with self.engine.connect() as conn:
+            found = conn.scalar(select(func.max(t.audit_log.c.id)).where(t.audit_log.c.action.in_(list(actions))))
+        return int(found or 0)
 
     def page(
         self,

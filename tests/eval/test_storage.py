@@ -159,8 +159,16 @@ def test_run_json_format() -> None:
     first = obj["cases"][0]
     assert set(first) == {
         "id", "question", "category", "source", "labels", "metrics", "first_relevant_rank", "missed", "retrieved",
+        "relevant_ranks",
     }  # fmt: skip
     assert first["missed"] == [{"chunk_id": "y#1"}]
+    again = run_from_json(obj).cases[0]
+    assert again.relevant == sample_run().cases[0].relevant  # which ranks answered, kept exactly
+    assert again.relevant is not None
+    assert any(again.relevant)
+    old = {**first}
+    del old["relevant_ranks"]  # a run stored before the ranks were kept reads as not knowing them
+    assert run_from_json({**obj, "cases": [old]}).cases[0].relevant is None
     assert first["retrieved"][0] == {"chunk_id": "x#0", "doc_id": "x", "score": 1.0, "text": "the answer 0"}
     assert "hit@10" in first["metrics"]
 

@@ -21,6 +21,7 @@ from service.api.schemas import (
     DocumentSummary,
     IngestRequest,
     IngestResponse,
+    StatusChange,
 )
 from service.domain import DocStatus
 from service.filters import FilterSpec, parse_datetime
@@ -88,6 +89,25 @@ def get_document(doc_id: str, documents: DocumentsDep, caller: DocumentReader) -
     return DocumentOut(
         **asdict(stored.document), superseded_by=stored.superseded_by, generation=stored.generation, chunks=chunks
     )
+
+
+@router.post("/documents/{doc_id:path}/archive", response_model=StatusChange)
+def archive_document(doc_id: str, documents: DocumentsDep, runtime: RuntimeDep, caller: Ingester) -> StatusChange:
+    """Archive a document (status `archived`: search leaves it out, as a what-if run excluding it showed), keeping
+    its former status for `restore`, the undo. Audited."""
+    with audited(runtime, caller, "documents.archive", doc_id, after=True) as entry:  # the index's commit: no SQL
+        doc = documents.archive(caller, doc_id)
+        entry.fill(target_tenant=doc.tenant, detail={"from": doc.metadata["archived_from"]})
+    return StatusChange(id=doc_id, status=doc.status.value)
+
+
+@router.post("/documents/{doc_id:path}/restore", response_model=StatusChange)
+def restore_document(doc_id: str, documents: DocumentsDep, runtime: RuntimeDep, caller: Ingester) -> StatusChange:
+    """Undo an archive: the document's former status back. Audited."""
+    with audited(runtime, caller, "documents.restore", doc_id, after=True) as entry:  # the index's commit: no SQL
+        doc = documents.restore(caller, doc_id)
+        entry.fill(target_tenant=doc.tenant, detail={"to": doc.status.value})
+    return StatusChange(id=doc_id, status=doc.status.value)
 
 
 @router.delete("/documents/{doc_id:path}", response_model=DeleteResponse)

@@ -26,7 +26,9 @@ from service.api.schemas import (
     RunSummary,
     SetSummary,
 )
+from service.errors import InvalidRequest
 from service.evaluation.retriever import unknown_documents
+from service.filters import FilterSpec
 from service.state.jobs import Job
 
 router = APIRouter(prefix="/eval", tags=["eval"], responses=AUTH_RESPONSES)
@@ -51,6 +53,18 @@ def run_eval(
     needs `eval:admin`."""
     evaluations.authorize(caller, monitoring=body.monitoring)
     options = run_options(body)
+    if body.exclude is not None:
+        if body.run_async:
+            raise InvalidRequest('a what-if run (exclude) is waited on: drop "async"')
+        pruning = FilterSpec(exclude_doc_ids=tuple(body.exclude.doc_ids), exclude_tags=tuple(body.exclude.tags))
+        with audited(runtime, caller, "eval.run", detail={"set": body.set, "what_if": True}):  # with the runs' rows
+            base, pruned, compared = evaluations.what_if(caller, options, pruning, pipeline)
+        report = report_json(pruned.run, pruned.report, None, cases=body.include_cases)
+        return {
+            **report,
+            "warnings": list(pruned.warnings),
+            "what_if": {"base_run_id": base.run.run_id, **compared.to_json()},
+        }
     if body.run_async:
         with audited(runtime, caller, "eval.run", detail={"set": body.set, "async": True}):  # with the job's row
             _, run_id = evaluations.submit(caller, options, pipeline)
@@ -85,6 +99,8 @@ def list_runs(
             gate=r.gate,
             gate_policy=r.gate_policy,
             overrides=dict(r.params.get("overrides", {})),
+            corpus=r.params.get("corpus"),
+            trigger=r.params.get("trigger"),
         )
         for r in evaluations.runs(caller, limit, offset, set, kind)
     ]
@@ -137,6 +153,35 @@ def _job_out(job: Job) -> EvalJobOut:
         heartbeat_at=job.heartbeat_at,
         finished_at=job.finished_at,
     )
+
+
+@router.get("/runs/{run_id}/distractors")
+def run_distractors(
+    run_id: str,
+    evaluations: EvaluationsDep,
+    caller: EvalRunner,
+    k: Annotated[int | None, Query(ge=1, le=1000)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 20,
+) -> dict[str, Any]:
+    """The documents that most often took a top-k slot (k: the run's largest) in cases they do not answer: how many
+    cases each crowded, its slots, the relevant hits it pushed below k, the categories, its chunks, its freshness
+    (status, age, owner, supersession), and the near-duplicate groups among them and the documents they crowded out.
+    What pruning them would do: `POST /eval/run` with `exclude`."""
+    return evaluations.distractors(caller, run_id=run_id, k=k, limit=limit).to_json()
+
+
+@router.get("/sets/{name}/distractors")
+def set_distractors(
+    name: str,
+    evaluations: EvaluationsDep,
+    caller: EvalRunner,
+    runs: Annotated[int, Query(ge=1, le=50)] = 5,
+    k: Annotated[int | None, Query(ge=1, le=1000)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 20,
+) -> dict[str, Any]:
+    """The distractor report over the set's `runs` most recent monitoring runs (counts summed; `runs` per document:
+    in how many it crowded a case)."""
+    return evaluations.distractors(caller, set_name=name, recent=runs, k=k, limit=limit).to_json()
 
 
 @router.get("/runs/{run_id}/trec")

@@ -39,6 +39,8 @@ def test_the_writes_are_every_route_with_a_write_method_but_search(settings: Set
     assert writes == {
         ("POST", "/documents"),
         ("DELETE", "/documents/{doc_id}"),
+        ("POST", "/documents/{doc_id}/archive"),
+        ("POST", "/documents/{doc_id}/restore"),
         ("POST", "/eval/run"),
         ("POST", "/eval/runs/{run_id}/cancel"),
         ("DELETE", "/eval/runs/{run_id}"),

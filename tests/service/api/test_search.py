@@ -77,6 +77,10 @@ def test_filters_over_http(loaded: TestClient) -> None:
     assert [h["doc_id"] for h in meta.json()["hits"]] == ["pw"]
     other = loaded.post("/search", json={"query": "password", "filters": {"tenant": "globex"}})
     assert other.json()["hits"] == []
+    pruned = loaded.post("/search", json={"query": "password length", "filters": {"exclude_doc_ids": ["pw"]}})
+    assert [h["doc_id"] for h in pruned.json()["hits"]] == ["vpn"]  # left out inside the engine
+    untagged = loaded.post("/search", json={"query": "password length", "filters": {"exclude_tags": ["security"]}})
+    assert [h["doc_id"] for h in untagged.json()["hits"]] == ["vpn"]
 
 
 def test_each_hit_says_whether_its_document_is_current(loaded: TestClient) -> None:
