@@ -159,6 +159,16 @@ class Page:
         self.driver.save_screenshot(str(self.screenshots / f"{name}.png"))
         self.driver.set_window_size(width, 900)
 
+    def shot_of(self, css: str, name: str) -> None:
+        """A screenshot of one element (e.g. a panel of a long page), the window made tall enough to hold it."""
+        element = self.wait(css)
+        width = self.driver.get_window_size()["width"]
+        height = self.driver.execute_script("return arguments[0].getBoundingClientRect().height", element)
+        self.driver.set_window_size(width, min(max(int(height) + 300, 900), 4000))
+        self.driver.execute_script("arguments[0].scrollIntoView()", element)
+        element.screenshot(str(self.screenshots / f"{name}.png"))
+        self.driver.set_window_size(width, 900)
+
     def unlabelled(self) -> list[str]:
         return list(self.driver.execute_script(UNLABELLED))
 

@@ -4,11 +4,13 @@
 
 import { api, get, post } from "./api.js";
 import { add, badge, barChart, errorBox, field, fmt, h, lineChart, replace, select, table, when } from "./dom.js";
+import { cutoffs, distractorPanel, setView } from "./hygiene.js";
 import { CHOICES, searchOptions } from "./search.js";
 
 const HISTORY_METRICS = ["hit@5", "recall@10", "mrr", "ndcg@10"];
 
 const runLink = (id, text = id) => h("a", { href: `#/dashboard/run/${encodeURIComponent(id)}` }, text);
+const setLink = (name, text) => h("a", { href: `#/dashboard/set/${encodeURIComponent(name)}`, class: "set-link" }, text);
 const caseLink = (runId, caseId, text = caseId) =>
   h("a", { href: `#/dashboard/run/${encodeURIComponent(runId)}/case/${encodeURIComponent(caseId)}` }, text);
 
@@ -160,6 +162,7 @@ function setCard(run, history) {
     { class: "panel set-card", "aria-labelledby": `set-${run.set}` },
     h("h3", { id: `set-${run.set}` }, `Set ${run.set} `, badge(run.kind)),
     h("p", {}, monitored ? "Latest monitoring run: " : "No monitoring run yet; latest run: ", runLink(run.run_id), ` · ${when(run.created_at)} · ${run.cases_total} cases`),
+    monitored ? h("p", {}, setLink(run.set, `Set ${run.set}: quality against corpus size, distractors`)) : null,
     gateView(run.gate),
     h(
       "div",
@@ -319,7 +322,7 @@ function casesTable(run, metric) {
   );
 }
 
-async function runView(root, runId) {
+async function runView(root, ctx, runId) {
   const run = await get(`/eval/runs/${encodeURIComponent(runId)}`);
   if (run.status === "queued") {
     root.append(h("p", {}, `Run ${runId} is queued, waiting for an evaluation slot (${queueText(run)}).`));
@@ -336,7 +339,7 @@ async function runView(root, runId) {
       "article",
       { class: "panel" },
       h("h3", {}, `Run ${run.run_id} `, badge(run.kind)),
-      h("p", {}, `Set ${run.set} · ${when(run.created_at)} · unit ${run.unit} · ${run.cases_total} cases`),
+      h("p", {}, "Set ", run.kind === "monitoring" ? setLink(run.set, run.set) : run.set, ` · ${when(run.created_at)} · unit ${run.unit} · ${run.cases_total} cases`),
       originView(run, metric),
       gateView(run.gate),
       run.gate?.checks?.length
@@ -350,6 +353,11 @@ async function runView(root, runId) {
       barsWithPicker(run),
       diagnosis(run),
       worseCases(run),
+      distractorPanel({
+        source: { path: `/eval/runs/${encodeURIComponent(run.run_id)}/distractors`, params: {} },
+        run: { set: run.set, k: run.k?.length ? run.k : cutoffs(run.metrics), unit: run.unit, overrides: run.params.overrides },
+        canArchive: ctx.can("ingest"),
+      }),
       h("details", {}, h("summary", {}, "Parameters"), h("pre", {}, JSON.stringify(run.params, null, 2))),
       casesTable(run, metric),
     ),
@@ -448,7 +456,8 @@ async function compareView(root, idA, idB) {
 export async function render(root, ctx, { rest }) {
   try {
     if (rest[0] === "run" && rest[2] === "case") await caseView(root, rest[1], rest[3]);
-    else if (rest[0] === "run") await runView(root, rest[1]);
+    else if (rest[0] === "run") await runView(root, ctx, rest[1]);
+    else if (rest[0] === "set") await setView(root, ctx, rest[1]);
     else if (rest[0] === "compare") await compareView(root, rest[1], rest[2]);
     else await overview(root, ctx);
   } catch (err) {

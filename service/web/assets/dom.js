@@ -252,15 +252,22 @@ const decimals = (ticks) => Math.min(4, Math.max(0, ...ticks.map((t) => (String(
 // A scatter plot with axes, ticks and a point per row: points [{x, y, tip, marked, labels: [text]}]; the marked ones
 // (e.g. a Pareto front) filled, the others hollow, the labelled ones ringed and named; each point's tip is its <title>.
 // (No line joins the marked points: a front over more measures than the two drawn would zig-zag.)
-export function scatterPlot(title, points, { xLabel, yLabel, markedName = "marked" } = {}) {
+// The x axis starts at 0 unless `xZero` is false (then it spans the data, padded); the y axis spans the data, padded,
+// or `yDomain` ([lo, hi], widened to take any point outside it).
+export function scatterPlot(title, points, { xLabel, yLabel, markedName = "marked", unmarkedName = `not ${markedName}`, xZero = true, yDomain } = {}) {
   const width = 640;
   const height = 340;
   const pad = { left: 62, right: 24, top: 18, bottom: 52 };
   const xs = points.map((p) => p.x);
   const ys = points.map((p) => p.y);
-  const xt = niceTicks(0, Math.max(...xs, 0) * 1.05); // headroom: no point on the right edge
+  const spanX = Math.max(...xs) - Math.min(...xs);
+  const xt = xZero
+    ? niceTicks(0, Math.max(...xs, 0) * 1.05) // headroom: no point on the right edge
+    : niceTicks(Math.min(...xs) - spanX * 0.08, Math.max(...xs) + spanX * 0.08);
   const spanY = Math.max(...ys) - Math.min(...ys);
-  const yt = niceTicks(Math.min(...ys) - spanY * 0.08, Math.max(...ys) + spanY * 0.08);
+  const yt = yDomain
+    ? niceTicks(Math.min(yDomain[0], ...ys), Math.max(yDomain[1], ...ys))
+    : niceTicks(Math.min(...ys) - spanY * 0.08, Math.max(...ys) + spanY * 0.08);
   const [x0, x1, y0, y1] = [xt[0], xt[xt.length - 1], yt[0], yt[yt.length - 1]];
   const sx = (v) => pad.left + ((v - x0) / (x1 - x0)) * (width - pad.left - pad.right);
   const sy = (v) => height - pad.bottom - ((v - y0) / (y1 - y0)) * (height - pad.top - pad.bottom);
@@ -299,7 +306,7 @@ export function scatterPlot(title, points, { xLabel, yLabel, markedName = "marke
     "ul",
     { class: "legend scatter-legend" },
     h("li", {}, h("span", { class: "dot marked", "aria-hidden": "true" }), markedName),
-    h("li", {}, h("span", { class: "dot", "aria-hidden": "true" }), `not ${markedName}`),
+    h("li", {}, h("span", { class: "dot", "aria-hidden": "true" }), unmarkedName),
   );
   return h("figure", { class: "figure" }, h("figcaption", {}, title), chart, legend);
 }
