@@ -43,8 +43,9 @@ SCRATCH_FACTOR = 1.5  # a temporary index's disk estimate: the live index's byte
 
 @dataclass(frozen=True)
 class SweepRequest:
-    """What a sweep is asked for: the space, grid or random (`samples` configurations), the quality metric (`@k`
-    in it means each configuration's own k), the split, and the tenant a tenant-bound caller confines it to."""
+    """What a sweep is asked for: the space, grid or random (`samples` configurations), the quality metric (a row's
+    searches return its own k results, so a metric past that k sees no more), the split, and the tenant a
+    tenant-bound caller confines it to."""
 
     set_name: str
     space: Mapping[str, Sequence[Any]]
