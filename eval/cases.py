@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from eval.errors import EvalError
 
@@ -27,6 +27,7 @@ CASE_KEYS = {"id", "question", "relevant", "category", "source", "filters", "cre
 SPLITS = ("tune", "test")  # a case's split: tuned on (sweeps choose there), or held out (the winner is reported there)
 LABEL_KEYS = {"doc_id", "chunk_id", "evidence", "grade"}
 MAX_ERRORS_SHOWN = 20
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,26 @@ def parse_jsonl(text: str, name: str = "<set>", check: Callable[[Case], object] 
 
     `check` may reject a case that is well-formed here but unusable by the retriever (e.g. filters the
     service does not know) by raising ValueError; it is reported on that case's line."""
-    cases: list[Case] = []
+
+    def read(obj: object) -> Case:
+        case = case_from_json(obj)
+        if check is not None:
+            check(case)
+        return case
+
+    return json_lines(text, name, read, lambda case: case.id, "cases")
+
+
+def json_lines(text: str, name: str, read: Callable[[object], T], key: Callable[[T], str], what: str) -> list[T]:
+    """Every object of a JSON Lines text read by `read` (which raises ValueError saying what is wrong), each `key`
+    unique, or one EvalError listing every bad line (`name:line: problem`, the first 20 shown). Blank lines are
+    skipped; a text with none is an error too.
+
+    Example:
+        >>> json_lines('{"id": "a"}', "x", lambda o: o["id"], str, "ids")
+        ['a']
+    """
+    found: list[T] = []
     errors: list[str] = []
     seen: dict[str, int] = {}
     # split on "\n" only: str.splitlines() also splits on U+2028, U+2029 and U+0085, which JSON
@@ -197,30 +217,28 @@ def parse_jsonl(text: str, name: str = "<set>", check: Callable[[Case], object] 
         if not line.strip():
             continue
         try:
-            case = case_from_json(json.loads(line))
-            if check is not None:
-                check(case)
+            item = read(json.loads(line))
         except json.JSONDecodeError as exc:
             errors.append(f"{name}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})")
             continue
         except RecursionError:
-            errors.append(f"{name}:{lineno}: nested too deep to read; a case needs at most a few levels")
+            errors.append(f"{name}:{lineno}: nested too deep to read; a line needs at most a few levels")
             continue
-        except ValueError as exc:  # EvalError, or the check's
+        except ValueError as exc:  # EvalError, or the reader's own check
             errors.append(f"{name}:{lineno}: {exc}")
             continue
-        if case.id in seen:
-            errors.append(f"{name}:{lineno}: duplicate id {case.id!r} (first on line {seen[case.id]})")
+        if (ident := key(item)) in seen:
+            errors.append(f"{name}:{lineno}: duplicate id {ident!r} (first on line {seen[ident]})")
             continue
-        seen[case.id] = lineno
-        cases.append(case)
-    if not errors and not cases:
-        errors.append(f"{name}: no cases")
+        seen[ident] = lineno
+        found.append(item)
+    if not errors and not found:
+        errors.append(f"{name}: no {what}")
     if errors:
         shown = errors[:MAX_ERRORS_SHOWN]
         more = f"; and {len(errors) - len(shown)} more" if len(errors) > len(shown) else ""
         raise EvalError(f"{len(errors)} bad line(s): " + "; ".join(shown) + more)
-    return cases
+    return found
 
 
 def load_cases(path: Path) -> list[Case]:

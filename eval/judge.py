@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval.cases import MAX_ERRORS_SHOWN
+from eval.cases import json_lines
 from eval.errors import EvalError
 
 ITEM_KEYS = {"id", "question", "answer", "contexts", "reference", "category"}
@@ -118,35 +118,7 @@ def parse_items(text: str, name: str = "<answers>") -> list[AnswerItem]:
         ...
         eval.errors.EvalError: 1 bad line(s): x.jsonl:1: unknown key(s) ['score']; allowed: ...
     """
-    items: list[AnswerItem] = []
-    errors: list[str] = []
-    seen: dict[str, int] = {}
-    for lineno, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            item = item_from_json(json.loads(line))
-        except json.JSONDecodeError as exc:
-            errors.append(f"{name}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})")
-            continue
-        except RecursionError:
-            errors.append(f"{name}:{lineno}: nested too deep to read")
-            continue
-        except EvalError as exc:
-            errors.append(f"{name}:{lineno}: {exc}")
-            continue
-        if item.id in seen:
-            errors.append(f"{name}:{lineno}: duplicate id {item.id!r} (first on line {seen[item.id]})")
-            continue
-        seen[item.id] = lineno
-        items.append(item)
-    if not errors and not items:
-        errors.append(f"{name}: no items")
-    if errors:
-        shown = errors[:MAX_ERRORS_SHOWN]
-        more = f"; and {len(errors) - len(shown)} more" if len(errors) > len(shown) else ""
-        raise EvalError(f"{len(errors)} bad line(s): " + "; ".join(shown) + more)
-    return items
+    return json_lines(text, name, item_from_json, lambda item: item.id, "items")
 
 
 # --- the judge's prompt ----------------------------------------------------------------------------------------------

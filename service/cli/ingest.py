@@ -34,7 +34,7 @@ def _ingest(args: argparse.Namespace) -> int:
     documents are committed (earlier batches), which are not (the rest, unless undone was not possible) and which
     may be either: a JSON report on stdout, exit 3. Re-running the command is safe: unchanged documents are
     skipped."""
-    from service.index.loaders import count_documents, iter_documents
+    from service.index.loaders import batched, count_documents, iter_documents
 
     docs = iter_documents(args.path)
     totals = {"documents": 0, "chunks": 0, "unchanged": 0}
@@ -45,7 +45,7 @@ def _ingest(args: argparse.Namespace) -> int:
             from service.inputs import DocumentIn
 
             with no_delay_client(timeout=600) as client:
-                for batch in _batches(docs, args.batch_size):
+                for batch in batched(docs, args.batch_size):
                     body = {"documents": [DocumentIn.model_validate(asdict(d)).model_dump(mode="json") for d in batch]}
                     try:
                         response = client.post(f"{args.url.rstrip('/')}/documents", json=body)
@@ -64,7 +64,7 @@ def _ingest(args: argparse.Namespace) -> int:
             runtime = Runtime(settings_of(args))
             runtime.warm_up(search=False)
             try:
-                for batch in _batches(docs, args.batch_size):
+                for batch in batched(docs, args.batch_size):
                     try:
                         result = runtime.index.ingest(batch)
                     except IngestFailed as failure:
@@ -120,17 +120,6 @@ def _ingest_failed(
         file=sys.stderr,
     )
     return code
-
-
-def _batches(items: Any, size: int) -> Any:
-    batch: list[Any] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 class _IngestProgress:

@@ -32,6 +32,7 @@ from service.errors import InvalidRequest
 from service.evaluation.retriever import PipelineRetriever
 from service.filters import FilterSpec, build_filter
 from service.index.index import Index
+from service.index.loaders import batched
 from service.retrieval.pipeline import SearchParams, SearchPipeline
 
 log = logging.getLogger("plumbline")
@@ -267,7 +268,7 @@ class Sweeper:
         directory.mkdir(parents=True)
         try:
             index, pipeline = self.scratch(directory, size, overlap)
-            for batch in _batches(self._documents(tenant), COPY_BATCH):
+            for batch in batched(self._documents(tenant), COPY_BATCH):
                 index.ingest(batch)
                 beat()
         except BaseException:
@@ -331,17 +332,6 @@ def _by_index(configs: Sequence[sw.Config]) -> Iterator[tuple[Mapping[str, Any],
     for c in configs:
         groups.setdefault(c.index_key(), []).append(c)
     yield from groups.items()
-
-
-def _batches(items: Iterator[Document], size: int) -> Iterator[list[Document]]:
-    batch: list[Document] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 def directory_bytes(path: Path) -> int:

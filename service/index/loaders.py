@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,23 @@ def iter_documents(path: Path) -> Iterator[Document]:
             yield _file_document(file, path)
     else:
         raise InvalidRequest(f"{path} does not exist")
+
+
+def batched(docs: Iterable[Document], size: int) -> Iterator[list[Document]]:
+    """`docs` in lists of `size` (the last one shorter), read as they come: an ingest's batches.
+
+    Example:
+        >>> [len(b) for b in batched([Document(str(n), "t", "x") for n in range(5)], 2)]
+        [2, 2, 1]
+    """
+    batch: list[Document] = []
+    for doc in docs:
+        batch.append(doc)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def count_documents(path: Path) -> int:
