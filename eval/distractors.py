@@ -156,6 +156,7 @@ class DistractorReport:
     documents: int
     rows: tuple[Distractor, ...]
     by_category: tuple[CategoryShare, ...] = ()
+    depth: int = 0  # the most results a case of the shallowest run retrieved (its largest k, as a rule); 0: unknown
 
     @property
     def share(self) -> float:
@@ -171,6 +172,11 @@ class DistractorReport:
             out.append("no case with relevance flags: nothing to report")
         if self.documents > len(self.rows):
             out.append(f"{self.documents - len(self.rows)} more distractor document(s) not listed")
+        if self.depth and self.depth <= self.k:
+            out.append(
+                f"pushed cannot be seen at k={self.k}: the runs retrieved {self.depth} result(s) per case, none below "
+                "k; ask for a smaller k to see the answers the distractors kept out"
+            )
         return tuple(out)
 
     def to_json(self) -> dict[str, Any]:
@@ -188,6 +194,7 @@ class DistractorReport:
             "distractors": [r.to_json() for r in self.rows],
             "by_category": [c.to_json() for c in self.by_category],
             "notes": list(self.notes),
+            "depth": self.depth,
         }
 
     @classmethod
@@ -204,6 +211,7 @@ class DistractorReport:
             int(obj["documents"]),
             tuple(Distractor.from_json(r) for r in obj["distractors"]),
             tuple(CategoryShare.from_json(c) for c in obj.get("by_category", ())),
+            int(obj.get("depth", 0)),
         )
 
 
@@ -270,6 +278,7 @@ def distractor_report_over(runs: Sequence[Run], *, k: int | None = None, limit: 
         documents=len(rows),
         rows=tuple(rows[:limit]),
         by_category=tuple(by_category),
+        depth=min(max((len(c.retrieved) for c in r.cases), default=0) for r in runs),
     )
 
 

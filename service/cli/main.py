@@ -245,10 +245,14 @@ def _what_if(args: argparse.Namespace, overrides: dict[str, Any], config: GateRe
     if args.json:
         print(json.dumps({**report_json(pruned, build_report(pruned), None), "what_if": compared.to_json()}, indent=1))
     else:
-        print(format_table(pruned, build_report(pruned), None))
-        print(f"-- what if: without {', '.join(args.exclude_doc + [f'tag {t}' for t in args.exclude_tag])}")
-        print(f"   (run {pruned.run_id} against {base.run_id}, the same cases with them)")
-        print("\n".join(f"   {line}" for line in compared.verdicts))
+        left_out = ", ".join(args.exclude_doc + [f"tag {t}" for t in args.exclude_tag])
+        print(f"what if: without {left_out} (run {pruned.run_id}; as now: run {base.run_id}, the same cases)")
+        print("\n".join(f"  {line}" for line in compared.verdicts))
+        keys = [m for m in compared.key_metrics if not m.startswith("stale")]
+        print("per category, as now → without them: " + ", ".join(keys))
+        for category in compared.by_category:
+            cells = "  ".join(f"{category.base[m]:.3f} → {category.pruned[m]:.3f}" for m in keys)
+            print(f"  {category.name} ({category.cases}): {cells}")
     return EXIT_OK
 
 

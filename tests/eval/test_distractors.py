@@ -496,3 +496,14 @@ def test_table_escapes_pipes() -> None:
 
     text = format_distractors(distractor_report(run_of(ranking, n=1)))
     assert "| a\\|b | 1 | 1 | 0 |" in text
+
+
+def test_a_report_at_the_runs_depth_says_pushed_cannot_be_seen() -> None:
+    shallow = run_set(cases(), FunctionRetriever(lambda q: crowded(int(q.text.split()[-1]))), set_name="s", ks=(1, K))
+    assert distractor_report(run_of(crowded)).depth > K  # retrieved deeper than k: pushed is measured
+    assert not any("cannot be seen" in n for n in distractor_report(run_of(crowded)).notes)
+    at_depth = distractor_report(shallow)
+    assert at_depth.depth == K
+    assert at_depth.pushed == 0
+    assert any(f"pushed cannot be seen at k={K}" in n for n in at_depth.notes)
+    assert DistractorReport.from_json(at_depth.to_json()) == at_depth

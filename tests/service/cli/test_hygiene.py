@@ -55,6 +55,6 @@ def test_distractors_of_a_run_then_a_what_if_without_them(
     args = ["eval", "run", "--data-dir", str(data_dir), "--set", str(cases), "--k", "1", "3"]
     assert main([*args, "--exclude-doc", "news/parking"]) == EXIT_OK
     out = capsys.readouterr().out
-    assert "-- what if: without news/parking" in out
+    assert "what if: without news/parking" in out
     assert "precision@3" in out
     assert main([*args, "--exclude-doc", "news/parking", "--baseline", "x"]) == EXIT_BAD_INPUT
