@@ -219,10 +219,21 @@ class Runtime:
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self.scheduler = Scheduler(settings.eval_schedule, self._monitor)
+        if metrics is not None:  # read at every scrape: what the probes would answer now
+            metrics.ready.set_function(lambda: 1.0 if self.ready and not self.unready_reason() else 0.0)
+            metrics.live.set_function(lambda: 0.0 if self.broken_reason() else 1.0)
 
     @property
     def ready(self) -> bool:
         return self._ready.is_set()
+
+    def broken_reason(self) -> str | None:
+        """A failure only a restart cures, or None: the embedded store refusing writes after a failed one, or one of
+        its engine processes dead. Liveness answers 503 with it, so the orchestrator restarts the process (a Qdrant
+        server that does not answer is transient: readiness only). Reads flags only."""
+        if self._index is None or self.settings.backend != "edge":
+            return None
+        return self._index.store.health()
 
     def unready_reason(self) -> str | None:
         """Why the service should get no traffic now (loading, a failed start, a store refusing writes), or
@@ -557,8 +568,6 @@ class Runtime:
         gc.freeze()
         self._ready.set()
         log.info("ready: %d documents, %d chunks", index.documents(), index.chunks())
-        if self.metrics:
-            self.metrics.ready.set(1)
 
     def _open_index(self, store: VectorStore, embedder: Embedder, *, check: bool) -> Index:
         """The index over `store`, after the integrity check (logged, and repaired as the settings say)."""
@@ -681,8 +690,6 @@ class Runtime:
             self._evals.shutdown()
         self.scheduler.stop()
         self._ready.clear()
-        if self.metrics:
-            self.metrics.ready.set(0)
         try:
             if self._store is not None:
                 self._store.close()

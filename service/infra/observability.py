@@ -45,7 +45,16 @@ class ServiceMetrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
-        self.ready = Gauge("plumbline_ready", "1 once models are loaded and the store is open.", registry=registry)
+        self.ready = Gauge(
+            "plumbline_ready",
+            "1 while /health/ready would answer 200 (models loaded, the store open and answering), read when scraped.",
+            registry=registry,
+        )
+        self.live = Gauge(
+            "plumbline_live",
+            "0 when /health/live answers 503: the embedded store failed in a way only a restart cures.",
+            registry=registry,
+        )
         self.ingested_chunks = Counter("plumbline_ingested_chunks", "Chunks written by ingestion.", registry=registry)
         self.auth_failures = Counter(
             "plumbline_auth_failures",

@@ -17,9 +17,15 @@ router = APIRouter(tags=["health"])
 
 
 # Both checks are `async def` and touch no engine and no worker thread: they answer under any load.
-@router.get("/health/live", response_model=Health)
-async def live() -> Health:
-    return Health(status="alive")
+@router.get("/health/live", response_model=Health, responses={503: {"model": Health}})
+async def live(runtime: RuntimeDep) -> Response:
+    """Alive, unless the embedded store has failed in a way only a restart cures (an engine process died, a failed
+    write left it refusing writes): then 503, so that the orchestrator restarts the process. Readiness covers what
+    passes by itself (loading, a Qdrant server that does not answer)."""
+    broken = runtime.broken_reason()
+    if broken:
+        return JSONResponse(Health(status="failed", detail=broken).model_dump(), status_code=503)
+    return JSONResponse(Health(status="alive").model_dump())
 
 
 @router.get("/health/ready", response_model=Health, responses={503: {"model": Health}})

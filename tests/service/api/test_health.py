@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -116,3 +118,23 @@ def test_internal_errors_are_counted_as_500(tmp_path: Path) -> None:
     assert r.headers["X-Request-ID"] == "req-7"
     assert r.headers["X-Content-Type-Options"] == "nosniff"
     assert 'plumbline_http_requests_total{endpoint="/search",method="POST",status="500"} 1.0' in text
+
+
+@pytest.mark.engine
+def test_a_killed_engine_process_fails_liveness_so_the_pod_is_restarted(tmp_path: Path) -> None:
+    app = create_app(Settings(data_dir=tmp_path / "data"), components=Components(embedder=lambda _: FakeEmbedder()))
+    with TestClient(app) as c:
+        runtime = c.app.state.runtime  # type: ignore[attr-defined]
+        assert runtime.wait(timeout=60)
+        assert c.get("/health/live").json() == {"status": "alive", "detail": None, "documents": None, "chunks": None}
+        assert "plumbline_live 1.0" in c.get("/metrics").text
+        engine = runtime.index.store._copies[0].process  # the default store: two copies, each in an engine process
+        os.kill(engine.pid, signal.SIGKILL)
+        engine.wait(10)
+        live = c.get("/health/live")
+        assert live.status_code == 503
+        assert "engine process of index exited" in live.json()["detail"]
+        assert c.get("/health/ready").status_code == 503
+        scraped = c.get("/metrics").text
+        assert "plumbline_live 0.0" in scraped
+        assert "plumbline_ready 0.0" in scraped  # at the scrape, not as set at start-up

@@ -163,6 +163,12 @@ def test_readiness_turns_false_when_the_engine_refuses_writes_and_no_path_leaks(
         ready = c.get("/health/ready")
         assert (ready.status_code, ready.json()["status"]) == (503, "error")
         assert "restart the service" in ready.json()["detail"]
+        live = c.get("/health/live")  # only a restart cures it: liveness says so, and the orchestrator restarts
+        assert (live.status_code, live.json()["status"]) == (503, "failed")
+        assert "restart the service" in live.json()["detail"]
+        scraped = c.get("/metrics").text
+        assert "plumbline_ready 0.0" in scraped
+        assert "plumbline_live 0.0" in scraped
         assert c.get("/documents/p").json()["text"] == "v2"  # what was committed still reads
         for body in (r.json()["detail"], ready.json()["detail"]):
             assert str(tmp_path) not in body
@@ -172,6 +178,8 @@ def test_readiness_turns_false_when_the_engine_refuses_writes_and_no_path_leaks(
         runtime = c.app.state.runtime  # type: ignore[attr-defined]
         assert runtime.wait(timeout=60)
         assert c.get("/health/ready").status_code == 200
+        assert c.get("/health/live").status_code == 200
+        assert "plumbline_live 1.0" in c.get("/metrics").text
         assert c.post("/documents", json={"documents": [{**DOC, "id": "other"}]}).status_code == 200
         assert c.get("/documents/p").json()["text"] == "v2"
         assert runtime.index.check()[0].clean
