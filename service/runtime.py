@@ -14,12 +14,14 @@ import functools
 import gc
 import json
 import logging
+import platform
 import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
+from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -222,6 +224,14 @@ class Runtime:
         if metrics is not None:  # read at every scrape: what the probes would answer now
             metrics.ready.set_function(lambda: 1.0 if self.ready and not self.unready_reason() else 0.0)
             metrics.live.set_function(lambda: 0.0 if self.broken_reason() else 1.0)
+            metrics.build.info(
+                {
+                    "version": version("plumbline"),
+                    "python": platform.python_version(),
+                    "backend": settings.backend,
+                    "state": settings.state_store_url.split(":", 1)[0].split("+", 1)[0],  # sqlite, postgresql
+                }
+            )
 
     @property
     def ready(self) -> bool:

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -35,6 +35,14 @@ def binaries() -> Path | None:
 @contextmanager
 def postgres_server() -> Iterator[str]:
     """Start a throwaway server; yield its SQLAlchemy URL; stop it and remove its files."""
+    with stoppable_postgres_server() as (url, _):
+        yield url
+
+
+@contextmanager
+def stoppable_postgres_server() -> Iterator[tuple[str, Callable[[], None]]]:
+    """`postgres_server`, yielding its URL and a function that stops it at once (`pg_ctl -m immediate stop`): an
+    outage as it happens, for the tests of what the service does while its state store is gone."""
     bin_dir = binaries()
     if bin_dir is None:
         missing(
@@ -59,10 +67,13 @@ def postgres_server() -> Iterator[str]:
         check=True,
         capture_output=True,
     )
-    try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
-    finally:
+    def stop() -> None:
         subprocess.run([*run, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
+
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres", stop
+    finally:
+        stop()
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -56,8 +56,14 @@ class EvalGaugeCollector(Collector):
         )
         for set_name, seconds in sorted(self._intervals.items()):
             interval.add_metric([set_name], seconds)
+        stale = GaugeMetricFamily(
+            "plumbline_eval_gauges_stale",
+            "1 when the state store could not be read at this scrape: the eval gauges show the last values read.",
+        )
         service = self._service()
-        for set_name, m in sorted(service.monitored().items() if service is not None else ()):
+        monitored = service.monitored() if service is not None else {}
+        stale.add_metric([], 1.0 if service is not None and service.stale else 0.0)
+        for set_name, m in sorted(monitored.items()):
             ev = m.evaluation
             _add_scores(score, set_name, ev.report, cases)
             if m.baseline is not None:
@@ -68,7 +74,7 @@ class EvalGaugeCollector(Collector):
             size = (ev.run.params.get("corpus") or {}).get("documents")
             if size is not None:  # runs stored before the corpus was recorded have none
                 corpus.add_metric([set_name], float(size))
-        yield from (score, reference, cases, passed, when, corpus, interval)
+        yield from (score, reference, cases, passed, when, corpus, interval, stale)
 
 
 def _add_scores(

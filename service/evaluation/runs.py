@@ -168,6 +168,7 @@ class EvalService:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"  # this process, in leases and jobs
         self._admission = Admission(max_concurrent, queue_per_group, wait=queue_wait)  # this process's slots
         self._monitored: dict[str, Monitored] = {}  # by set, for the gauges; reloaded when a newer run lands
+        self.stale = False  # the last read of the state store for the gauges failed: they show the last known
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
@@ -620,8 +621,10 @@ class EvalService:
         except StoreUnavailable as exc:  # keep showing what was last read: a store blip must not clear alerts
             log.warning("the latest monitoring runs could not be read, the gauges show the last known: %s", exc)
             with self._lock:
+                self.stale = True
                 return dict(self._monitored)
         with self._lock:
+            self.stale = False
             for set_name, run_id in latest.items():
                 if set_name not in self._monitored or self._monitored[set_name].evaluation.run.run_id != run_id:
                     self._monitored[set_name] = self._load_monitored(run_id)

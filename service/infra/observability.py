@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -55,6 +55,10 @@ class ServiceMetrics:
             "0 when /health/live answers 503: the embedded store failed in a way only a restart cures.",
             registry=registry,
         )
+        self.build = Info(
+            "plumbline_build", "The running build: version, Python, the vector and state backends.", registry=registry
+        )
+        ProcessCollector(registry=registry)  # process_cpu_seconds_total, process_resident_memory_bytes, fds, start time
         self.ingested_chunks = Counter("plumbline_ingested_chunks", "Chunks written by ingestion.", registry=registry)
         self.auth_failures = Counter(
             "plumbline_auth_failures",

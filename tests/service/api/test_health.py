@@ -14,6 +14,7 @@ from service.retrieval.embedding import Embedder
 from service.runtime import Components
 from service.settings import Settings
 from tests.fakes import FakeEmbedder
+from tests.postgres import fresh_postgres_database, stoppable_postgres_server
 
 
 @pytest.mark.engine
@@ -82,6 +83,11 @@ def test_metrics_cover_endpoints_stages_and_index_size(client: TestClient) -> No
     assert 'plumbline_search_stage_duration_seconds_count{stage="embed"} 1.0' in text
     assert 'plumbline_index_points{kind="chunk"} 1.0' in text
     assert "plumbline_ready 1.0" in text
+    assert "plumbline_eval_gauges_stale 0.0" in text
+    assert 'backend="edge"' in text
+    assert 'state="sqlite",version="0.1.0"} 1.0' in text  # plumbline_build_info
+    assert "process_resident_memory_bytes " in text
+    assert "process_start_time_seconds " in text
 
 
 class BrokenStore:
@@ -138,3 +144,23 @@ def test_a_killed_engine_process_fails_liveness_so_the_pod_is_restarted(tmp_path
         scraped = c.get("/metrics").text
         assert "plumbline_live 0.0" in scraped
         assert "plumbline_ready 0.0" in scraped  # at the scrape, not as set at start-up
+
+
+def test_metrics_keep_answering_through_a_state_store_outage_and_say_the_eval_gauges_are_stale(tmp_path: Path) -> None:
+    with stoppable_postgres_server() as (server, stop):
+        settings = Settings(data_dir=tmp_path / "data", index_copies=1, state_url=fresh_postgres_database(server))
+        app = create_app(settings, components=Components(embedder=lambda _: FakeEmbedder()))
+        with TestClient(app) as c:
+            assert c.app.state.runtime.wait(timeout=60)  # type: ignore[attr-defined]
+            c.post("/documents", json={"documents": [{"id": "a", "text": "# A\n\nSome text about vpn."}]})
+            case = '{"id": "c", "question": "vpn", "relevant": [{"doc_id": "a"}]}\n'
+            assert c.put("/eval/sets/mini", content=case).status_code == 200
+            assert c.post("/eval/run", json={"set": "mini", "monitoring": True}).status_code == 200
+            before = c.get("/metrics").text
+            assert 'plumbline_eval_metric{category="all",k="10",metric="recall",set="mini"} 1.0' in before
+            stop()  # PostgreSQL goes away, as an outage does
+            during = c.get("/metrics")
+            assert during.status_code == 200  # the scrape still answers
+            assert "plumbline_eval_gauges_stale 1.0" in during.text
+            assert 'plumbline_eval_metric{category="all",k="10",metric="recall",set="mini"} 1.0' in during.text
+            assert "plumbline_http_requests_total" in during.text
