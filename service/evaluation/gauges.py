@@ -60,8 +60,16 @@ class EvalGaugeCollector(Collector):
             "plumbline_eval_gauges_stale",
             "1 when the state store could not be read at this scrape: the eval gauges show the last values read.",
         )
+        jobs = GaugeMetricFamily(
+            "plumbline_eval_jobs_recent",
+            "Background eval work (runs, syntheses, sweeps, gradings) started in the last 24 hours, by kind and status "
+            "(failed, lost: its process stopped answering, cancelled, done, running, queued).",
+            labels=["kind", "status"],
+        )
         service = self._service()
         monitored = service.monitored() if service is not None else {}
+        for (kind, status), n in sorted(service.recent_jobs().items() if service is not None else ()):
+            jobs.add_metric([kind, status], n)
         stale.add_metric([], 1.0 if service is not None and service.stale else 0.0)
         for set_name, m in sorted(monitored.items()):
             ev = m.evaluation
@@ -74,7 +82,7 @@ class EvalGaugeCollector(Collector):
             size = (ev.run.params.get("corpus") or {}).get("documents")
             if size is not None:  # runs stored before the corpus was recorded have none
                 corpus.add_metric([set_name], float(size))
-        yield from (score, reference, cases, passed, when, corpus, interval, stale)
+        yield from (score, reference, cases, passed, when, corpus, interval, stale, jobs)
 
 
 def _add_scores(

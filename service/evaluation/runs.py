@@ -51,6 +51,7 @@ from service.state.jobs import LIVE, Job, JobRecords, LeaseRecords
 log = logging.getLogger("plumbline")
 
 
+RECENT_JOBS_SECONDS = 86_400.0  # the window of `plumbline_eval_jobs_recent`
 LEASE_SECONDS = 300.0  # a monitoring run renews its set's lease before every batch; a dead replica's expires
 
 
@@ -612,6 +613,18 @@ class EvalService:
         cases = self.sets.put(name, text, check=lambda case: parse_filters(case.filters), shadow=shadow)
         crash_point("set:written")
         return cases
+
+    def recent_jobs(self) -> dict[tuple[str, str], int]:
+        """Background work started in the last day by (kind, status), for the gauges; {} when the store does not
+        answer (the scrape goes on; `stale` says so)."""
+        if self.jobs is None:
+            return {}
+        try:
+            return self.jobs.recent_counts(RECENT_JOBS_SECONDS)
+        except StoreUnavailable as exc:
+            log.warning("recent eval jobs could not be counted: %s", exc)
+            self.stale = True
+            return {}
 
     def monitored(self) -> dict[str, Monitored]:
         """The latest monitoring run of each set, from the state store, so that every replica shows the same.

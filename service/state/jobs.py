@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, delete, func, insert, or_, select, update
+from sqlalchemy import Engine, case, delete, func, insert, or_, select, update
 
 from service.state import schema as t
 from service.state.audit import write_pending
@@ -140,6 +140,18 @@ class JobRecords:
                 return 0
         with writing(self.engine) as conn:
             return int(conn.execute(update(t.jobs).where(live).values(heartbeat_at=EPOCH)).rowcount or 0)
+
+    def recent_counts(self, seconds: float) -> dict[tuple[str, str], int]:
+        """Jobs started in the last `seconds` by (kind, status), a job whose heartbeat stopped counted as `lost`."""
+        lost = _after(-LOST_AFTER)
+        status = case((t.jobs.c.status.in_(LIVE) & (t.jobs.c.heartbeat_at < lost), "lost"), else_=t.jobs.c.status)
+        query = (
+            select(t.jobs.c.kind, status.label("status"), func.count())
+            .where(t.jobs.c.started_at >= _after(-seconds))
+            .group_by(t.jobs.c.kind, status)
+        )
+        with self.engine.connect() as conn:
+            return {(row[0], row[1]): int(row[2]) for row in conn.execute(query)}
 
     def forget(self, run_id: str) -> None:
         """Remove an ended job's row (a resumed synthesis starts a new job under the same id); a live one stays."""

@@ -237,6 +237,7 @@ def test_a_lost_run_cannot_be_cancelled_and_async_takes_only_a_boolean(client: T
     with state.engine.begin() as conn:
         conn.execute(text("UPDATE eval_jobs SET heartbeat_at = '2020-01-01T00:00:00.000000Z'"))
     assert client.get("/eval/runs/20260101T000000000000-dead00").json()["status"] == "lost"
+    assert 'plumbline_eval_jobs_recent{kind="manual",status="lost"} 1.0' in client.get("/metrics").text
     refused = client.post("/eval/runs/20260101T000000000000-dead00/cancel")
     assert refused.status_code == 409
     assert "not running (lost)" in refused.json()["detail"]
