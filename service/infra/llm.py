@@ -30,7 +30,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
@@ -599,29 +599,8 @@ def _loads(candidate: str) -> tuple[dict[str, Any] | None, str]:
     return value, ""
 
 
-def _without_trailing_commas(text: str) -> str:
-    """`text` without the commas that come right before a `}` or `]` outside strings."""
-    out: list[str] = []
-    in_string = escaped = False
-    for i, c in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c == '"':
-                in_string = False
-        elif c == '"':
-            in_string = True
-        elif c == "," and _CLOSER_NEXT.match(text, i + 1):
-            continue
-        out.append(c)
-    return "".join(out)
-
-
-def _balanced_end(text: str, start: int) -> int | None:
-    """The index after the `}` that closes the `{` at `start` (strings skipped), or None."""
-    depth = 0
+def _scan(text: str, start: int = 0) -> Iterator[tuple[int, str, bool]]:
+    """(index, character, whether it is code: outside a JSON string and not its quotes) from `start` on."""
     in_string = escaped = False
     for i in range(start, len(text)):
         c = text[i]
@@ -632,9 +611,26 @@ def _balanced_end(text: str, start: int) -> int | None:
                 escaped = True
             elif c == '"':
                 in_string = False
+            yield i, c, False
         elif c == '"':
             in_string = True
-        elif c in "{[":
+            yield i, c, False
+        else:
+            yield i, c, True
+
+
+def _without_trailing_commas(text: str) -> str:
+    """`text` without the commas that come right before a `}` or `]` outside strings."""
+    return "".join(c for i, c, code in _scan(text) if not (code and c == "," and _CLOSER_NEXT.match(text, i + 1)))
+
+
+def _balanced_end(text: str, start: int) -> int | None:
+    """The index after the `}` that closes the `{` at `start` (strings skipped), or None."""
+    depth = 0
+    for i, c, code in _scan(text, start):
+        if not code:
+            continue
+        if c in "{[":
             depth += 1
         elif c in "}]":
             depth -= 1
