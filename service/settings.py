@@ -291,6 +291,12 @@ class Settings(BaseSettings):
         "a run when an accepted incident that passed before fails now",
     )
 
+    eval_expected_intervals: dict[str, float] = Field(
+        default_factory=dict,
+        description="sets whose monitoring runs are started from outside (a Kubernetes CronJob) -> seconds expected "
+        'between runs, e.g. {"handbook": 3600} (JSON): exported as plumbline_eval_schedule_interval_seconds like '
+        "PLUMBLINE_EVAL_SCHEDULE's, so that the overdue alerts fire in every scheduling mode",
+    )
     eval_on_corpus_change: float = Field(
         0.1,
         ge=0,
@@ -391,8 +397,8 @@ class Settings(BaseSettings):
             raise ValueError("backend 'qdrant' needs qdrant_url (PLUMBLINE_QDRANT_URL)")
         if self.qdrant_write_consistency > self.qdrant_replication_factor:
             raise ValueError("qdrant_write_consistency cannot exceed qdrant_replication_factor")
-        if any(seconds < 1 for seconds in self.eval_schedule.values()):
-            raise ValueError("eval_schedule intervals are seconds, at least 1")
+        if any(seconds < 1 for seconds in (*self.eval_schedule.values(), *self.eval_expected_intervals.values())):
+            raise ValueError("eval_schedule and eval_expected_intervals intervals are seconds, at least 1")
         if (
             self.default_k > self.max_k
             or self.default_candidates > self.max_candidates

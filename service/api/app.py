@@ -77,7 +77,8 @@ def create_app(
     metrics = ServiceMetrics(registry)
     runtime = Runtime(settings, components, metrics, preload)
     registry.register(IndexSizeCollector(lambda: _counts(runtime)))
-    registry.register(EvalGaugeCollector(lambda: runtime.evals if runtime.ready else None, settings.eval_schedule))
+    intervals = {**settings.eval_expected_intervals, **settings.eval_schedule}  # run from outside, or by the replicas
+    registry.register(EvalGaugeCollector(lambda: runtime.evals if runtime.ready else None, intervals))
     registry.register(IncidentGaugeCollector(lambda: runtime.state))
     registry.register(AnswerGaugeCollector(lambda: runtime.state))
 

@@ -74,7 +74,10 @@ def _chart_secret() -> dict[str, Any]:
         "evalApiKey": "pl_0123456789abcdef_" + "a" * 43,
         "metricsApiKey": "pl_fedcba9876543210_" + "b" * 43,
     }
-    values["evaluation"]["cronjob"]["sets"] = [{"name": "handbook"}, {"name": "Support_FAQ", "baseline": "faq-v2"}]
+    values["evaluation"]["cronjob"]["sets"] = [
+        {"name": "handbook"},
+        {"name": "Support_FAQ", "baseline": "faq-v2", "intervalSeconds": 86400},
+    ]
     return values
 
 
@@ -560,6 +563,10 @@ def test_cronjob_mode_runs_each_set_through_the_service(name: str) -> None:
     cronjobs = of_kind(docs, "CronJob")
     assert len(cronjobs) == len(sets)
     assert "PLUMBLINE_EVAL_SCHEDULE" not in config_data(docs), "the replicas would run the sets as well"
+    # the interval each set's runs are expected at, for the overdue alerts (the replicas export it as a gauge)
+    expected = json.loads(config_data(docs)["PLUMBLINE_EVAL_EXPECTED_INTERVALS"])
+    assert expected == {s["name"]: s.get("intervalSeconds", 3600) for s in sets}
+    assert Settings(**{"eval_expected_intervals": expected}).eval_expected_intervals == expected  # the service reads it
     service = one(docs, "Service")
     url = f"http://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}"
     names = set()

@@ -82,6 +82,13 @@ PLUMBLINE_API_KEYS_FILE: "/etc/plumbline/keys/api-keys.json"
 {{- if eq .Values.evaluation.mode "leader" }}
 PLUMBLINE_EVAL_SCHEDULE: {{ .Values.evaluation.leaderSchedule | toJson | quote }}
 {{- end }}
+{{- if eq .Values.evaluation.mode "cronjob" }}
+{{- $expected := dict }}
+{{- range .Values.evaluation.cronjob.sets }}
+{{- $_ := set $expected .name (.intervalSeconds | default $.Values.evaluation.cronjob.intervalSeconds) }}
+{{- end }}
+PLUMBLINE_EVAL_EXPECTED_INTERVALS: {{ $expected | toJson | quote }}
+{{- end }}
 {{- range $field, $value := .Values.settings }}
 {{- if not (kindIs "invalid" $value) }}
 {{- $env := printf "PLUMBLINE_%s" (upper $field) }}

@@ -164,3 +164,10 @@ def test_metrics_keep_answering_through_a_state_store_outage_and_say_the_eval_ga
             assert "plumbline_eval_gauges_stale 1.0" in during.text
             assert 'plumbline_eval_metric{category="all",k="10",metric="recall",set="mini"} 1.0' in during.text
             assert "plumbline_http_requests_total" in during.text
+
+
+def test_sets_run_from_outside_export_their_expected_interval(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / "data", index_copies=1, eval_expected_intervals={"faq": 86400})
+    with TestClient(create_app(settings, components=Components(embedder=lambda _: FakeEmbedder()))) as c:
+        assert c.app.state.runtime.wait(timeout=60)  # type: ignore[attr-defined]
+        assert 'plumbline_eval_schedule_interval_seconds{set="faq"} 86400.0' in c.get("/metrics").text
