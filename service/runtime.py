@@ -63,6 +63,7 @@ from service.retrieval.tokenizer import Tokenizer, TokenizerConfig
 from service.settings import PACKAGED_MODEL, Settings
 from service.state import StateStore, open_state
 from service.state.audit import AuditRecords, Pending
+from service.state.store import StateUnavailable
 from service.state.work import DraftRecords, ResultRecords
 from service.stores.base import VectorStore
 
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
     from service.stores.qdrant import QdrantOptions
 
 log = logging.getLogger("plumbline")
+STATE_CHECK_SECONDS = 5.0  # how often a shared state store is asked whether it answers (readiness)
 CORPUS_ACTIONS = ("documents.ingest", "documents.delete")  # the audited changes of the corpus (`corpus_size`)
 SERVED_REFRESH_SECONDS = 15.0  # how often a replica reads the promoted search defaults (`Runtime.refresh_served`)
 PRELOAD_BATCH = 16  # documents per ingest batch at start-up: a progress line after each
@@ -216,6 +218,7 @@ class Runtime:
         self._index: Index | None = None
         self._pipeline: SearchPipeline | None = None
         self._tokens: Callable[[str], int] | None = None
+        self._state_down: str | None = None  # why a shared state store does not answer (`_watch_state`), or None
         self._corpus_at: dict[str, dict[str, int]] = {}  # a monitoring run's corpus, by run id (read once)
         self._corpus_seen: dict[str, tuple[int, int]] = {}  # the corpus's size at the scheduler's last tick, by set
         self._ready = threading.Event()
@@ -250,6 +253,8 @@ class Runtime:
         None; safe to show (no file paths). Reads flags only: it never waits on the engine."""
         if not self.ready:
             return public(self.error) if self.error else self._waiting
+        if self._state_down is not None:
+            return self._state_down
         return self._index.store.health() if self._index is not None else None
 
     def reserve_space(self, needed: int) -> None:
@@ -530,6 +535,24 @@ class Runtime:
             log.exception("warm-up failed")
             return
         self.scheduler.start()
+        if self.settings.state_url is not None and self._state is not None and self._state.backend != "sqlite":
+            threading.Thread(target=self._watch_state, name="plumbline-state-watch", daemon=True).start()
+
+    def _watch_state(self) -> None:
+        """A shared state store (PostgreSQL) asked every STATE_CHECK_SECONDS whether it answers: readiness (and
+        `plumbline_ready`) turn false while it does not, and true again when it does, reading a flag only."""
+        state = self._state
+        while state is not None and not self._closing.wait(STATE_CHECK_SECONDS):
+            try:
+                state.ping()
+            except Exception as exc:  # any failure to answer is an outage to route around, not a crash
+                if self._state_down is None:
+                    log.warning("the state store does not answer: not ready until it does (%s)", public(str(exc)))
+                self._state_down = StateUnavailable.MESSAGE
+            else:
+                if self._state_down is not None:
+                    log.info("the state store answers again: ready")
+                self._state_down = None
 
     def warm_up(self, *, check: bool = True, search: bool = True) -> None:
         """Take the lock, load the models, open the store, run the integrity check (unless `check` is off:

@@ -15,6 +15,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import create_engine, text
@@ -35,14 +36,24 @@ def binaries() -> Path | None:
 @contextmanager
 def postgres_server() -> Iterator[str]:
     """Start a throwaway server; yield its SQLAlchemy URL; stop it and remove its files."""
-    with stoppable_postgres_server() as (url, _):
-        yield url
+    with stoppable_postgres_server() as server:
+        yield server.url
+
+
+@dataclass(frozen=True)
+class Server:
+    """A running test server: its URL, `stop()` at once (`pg_ctl -m immediate stop`: an outage as it happens) and
+    `start()` again on the same port and data."""
+
+    url: str
+    stop: Callable[[], None]
+    start: Callable[[], None]
 
 
 @contextmanager
-def stoppable_postgres_server() -> Iterator[tuple[str, Callable[[], None]]]:
-    """`postgres_server`, yielding its URL and a function that stops it at once (`pg_ctl -m immediate stop`): an
-    outage as it happens, for the tests of what the service does while its state store is gone."""
+def stoppable_postgres_server() -> Iterator[Server]:
+    """`postgres_server`, yielding a `Server` the test can stop and start again: for the tests of what the service
+    does while its state store is gone, and when it is back."""
     bin_dir = binaries()
     if bin_dir is None:
         missing(
@@ -62,16 +73,18 @@ def stoppable_postgres_server() -> Iterator[tuple[str, Callable[[], None]]]:
         capture_output=True,
     )
     options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
-    subprocess.run(
-        [*run, str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "start"],
-        check=True,
-        capture_output=True,
-    )
+
+    def start() -> None:
+        pg_ctl = [*run, str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(root / "log"), "-w", "start"]
+        subprocess.run(pg_ctl, check=True, capture_output=True)
+
+    start()
+
     def stop() -> None:
         subprocess.run([*run, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
 
     try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres", stop
+        yield Server(f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres", stop, start)
     finally:
         stop()
         shutil.rmtree(root, ignore_errors=True)

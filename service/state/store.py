@@ -198,6 +198,11 @@ class StateStore:
     def close(self) -> None:
         self.engine.dispose()
 
+    def ping(self) -> None:
+        """One round trip to the database (`SELECT 1`); `StateUnavailable` when it does not answer."""
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
     # -- meta ------------------------------------------------------------------------------------------
 
     def get_meta(self, key: str) -> str | None:

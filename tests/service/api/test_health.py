@@ -15,6 +15,7 @@ from service.runtime import Components
 from service.settings import Settings
 from tests.fakes import FakeEmbedder
 from tests.postgres import fresh_postgres_database, stoppable_postgres_server
+from tests.waiting import until
 
 
 @pytest.mark.engine
@@ -147,8 +148,8 @@ def test_a_killed_engine_process_fails_liveness_so_the_pod_is_restarted(tmp_path
 
 
 def test_metrics_keep_answering_through_a_state_store_outage_and_say_the_eval_gauges_are_stale(tmp_path: Path) -> None:
-    with stoppable_postgres_server() as (server, stop):
-        settings = Settings(data_dir=tmp_path / "data", index_copies=1, state_url=fresh_postgres_database(server))
+    with stoppable_postgres_server() as server:
+        settings = Settings(data_dir=tmp_path / "data", index_copies=1, state_url=fresh_postgres_database(server.url))
         app = create_app(settings, components=Components(embedder=lambda _: FakeEmbedder()))
         with TestClient(app) as c:
             assert c.app.state.runtime.wait(timeout=60)  # type: ignore[attr-defined]
@@ -158,7 +159,7 @@ def test_metrics_keep_answering_through_a_state_store_outage_and_say_the_eval_ga
             assert c.post("/eval/run", json={"set": "mini", "monitoring": True}).status_code == 200
             before = c.get("/metrics").text
             assert 'plumbline_eval_metric{category="all",k="10",metric="recall",set="mini"} 1.0' in before
-            stop()  # PostgreSQL goes away, as an outage does
+            server.stop()  # PostgreSQL goes away, as an outage does
             during = c.get("/metrics")
             assert during.status_code == 200  # the scrape still answers
             assert "plumbline_eval_gauges_stale 1.0" in during.text
@@ -171,3 +172,20 @@ def test_sets_run_from_outside_export_their_expected_interval(tmp_path: Path) ->
     with TestClient(create_app(settings, components=Components(embedder=lambda _: FakeEmbedder()))) as c:
         assert c.app.state.runtime.wait(timeout=60)  # type: ignore[attr-defined]
         assert 'plumbline_eval_schedule_interval_seconds{set="faq"} 86400.0' in c.get("/metrics").text
+
+
+def test_readiness_follows_a_shared_state_store_out_and_back(tmp_path: Path) -> None:
+    with stoppable_postgres_server() as server:
+        settings = Settings(data_dir=tmp_path / "data", index_copies=1, state_url=fresh_postgres_database(server.url))
+        app = create_app(settings, components=Components(embedder=lambda _: FakeEmbedder()))
+        with TestClient(app) as c:
+            assert c.app.state.runtime.wait(timeout=60)  # type: ignore[attr-defined]
+            assert c.get("/health/ready").status_code == 200
+            server.stop()
+            assert until(lambda: c.get("/health/ready").status_code == 503, 30)  # asked every few seconds
+            ready = c.get("/health/ready").json()
+            assert ready["detail"] == "the state store is unavailable (the server log has the database driver's error)"
+            assert "plumbline_ready 0.0" in c.get("/metrics").text
+            assert c.get("/health/live").status_code == 200  # an outage passes: no restart
+            server.start()
+            assert until(lambda: c.get("/health/ready").status_code == 200, 30)  # and ready again by itself
