@@ -147,6 +147,7 @@ def test_a_killed_engine_process_fails_liveness_so_the_pod_is_restarted(tmp_path
         assert "plumbline_ready 0.0" in scraped  # at the scrape, not as set at start-up
 
 
+@pytest.mark.database  # a real PostgreSQL server, stopped (and started again) mid-test
 def test_metrics_keep_answering_through_a_state_store_outage_and_say_the_eval_gauges_are_stale(tmp_path: Path) -> None:
     with stoppable_postgres_server() as server:
         settings = Settings(data_dir=tmp_path / "data", index_copies=1, state_url=fresh_postgres_database(server.url))
@@ -174,6 +175,7 @@ def test_sets_run_from_outside_export_their_expected_interval(tmp_path: Path) ->
         assert 'plumbline_eval_schedule_interval_seconds{set="faq"} 86400.0' in c.get("/metrics").text
 
 
+@pytest.mark.database  # a real PostgreSQL server, stopped (and started again) mid-test
 def test_readiness_follows_a_shared_state_store_out_and_back(tmp_path: Path) -> None:
     with stoppable_postgres_server() as server:
         settings = Settings(data_dir=tmp_path / "data", index_copies=1, state_url=fresh_postgres_database(server.url))
