@@ -55,7 +55,9 @@ def test_two_replicas_run_a_scheduled_set_once_and_export_the_same_gauges(tmp_pa
         runtimes = [app.state.runtime for app in apps]
         assert all(rt.wait(timeout=60) for rt in runtimes)
         assert (
-            eval_gauges(one) == eval_gauges(two) == ['plumbline_eval_schedule_interval_seconds{set="mini"} 3600.0']
+            eval_gauges(one)
+            == eval_gauges(two)
+            == ['plumbline_eval_schedule_interval_seconds{set="mini"} 3600.0', "plumbline_eval_gauges_stale 0.0"]
         )  # the schedule is known, no run yet (the first tick waits a period)
         gated.hold()
         with ThreadPoolExecutor(1) as pool:
