@@ -26,6 +26,7 @@ RULES = PROMETHEUS_DIR / "rules" / "plumbline.yml"
 # the alert rules' unit tests: plumbline_test.yml evaluated every minute, plumbline_stale_test.yml every hour
 RULE_TESTS = tuple(sorted((PROMETHEUS_DIR / "tests").glob("*_test.yml")))
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "plumbline.json"
+RUNBOOKS = ROOT / "docs" / "runbooks.md"
 
 # Every series name the service exports (histograms as their _bucket/_sum/_count series), and Prometheus's `up`.
 KNOWN_METRICS = frozenset(
@@ -40,6 +41,10 @@ KNOWN_METRICS = frozenset(
         "plumbline_http_requests_total",
         *(f"plumbline_search_stage_duration_seconds_{s}" for s in ("bucket", "sum", "count")),
         "plumbline_ready",
+        "plumbline_live",
+        "plumbline_build_info",
+        "plumbline_eval_gauges_stale",
+        "plumbline_eval_jobs_recent",
         "plumbline_index_points",
         "plumbline_incidents",
         "plumbline_ingested_chunks_total",
