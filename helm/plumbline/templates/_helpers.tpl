@@ -55,7 +55,8 @@ app.kubernetes.io/component: server
 {{- default (include "plumbline.fullname" .) .Values.secrets.existingSecret }}
 {{- end }}
 
-{{/* secrets.<value> -> its key in the Secret. The key names are fixed (documented in values.yaml). */}}
+{{/* secrets.<value> -> its default key in the Secret: the chart-made Secret always uses these names, an existing
+Secret (secrets.existingSecret) these unless secrets.existingSecretKeys maps the value to another key name. */}}
 {{- define "plumbline.secretKeys" -}}
 apiKeysFile: api-keys.json
 qdrantApiKey: qdrant-api-key
@@ -64,13 +65,41 @@ evalApiKey: eval-api-key
 metricsApiKey: metrics-api-key
 {{- end }}
 
-{{/* "true" when the Secret holds the key of secrets.<name>, else "". Call with (dict "root" $ "name" "stateUrl"). */}}
-{{- define "plumbline.hasSecret" -}}
+{{/* The key in the Secret the pods read that holds secrets.<name>, or "" when that Secret does not hold it. Call with
+(dict "root" $ "name" "stateUrl"). With secrets.existingSecret, secrets.existingSecretKeys says which keys that Secret
+holds: a map {stateUrl: MY-KEY, ...} (value -> key name), or a list of the default key names. */}}
+{{- define "plumbline.secretKey" -}}
 {{- $root := .root }}
 {{- $key := index (include "plumbline.secretKeys" $root | fromYaml) .name }}
+{{- $held := $root.Values.secrets.existingSecretKeys }}
 {{- if $root.Values.secrets.existingSecret }}
-{{- if has $key $root.Values.secrets.existingSecretKeys }}true{{ end }}
-{{- else if index $root.Values.secrets .name }}true{{ end }}
+{{- if kindIs "map" $held }}
+{{- with index $held .name }}{{ . }}{{ end }}
+{{- else if has $key $held }}{{ $key }}
+{{- end }}
+{{- else if index $root.Values.secrets .name }}{{ $key }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when the Secret holds the key of secrets.<name>, else "". Call with (dict "root" $ "name" "stateUrl"). */}}
+{{- define "plumbline.hasSecret" -}}
+{{- if include "plumbline.secretKey" . }}true{{ end }}
+{{- end }}
+
+{{/* "true" when /data holds data worth keeping: the embedded index (backend edge) or the SQLite state (no PostgreSQL
+state URL). With backend qdrant and a state URL it holds only the lock file. */}}
+{{- define "plumbline.dataIsState" -}}
+{{- if or (eq (default "edge" .Values.settings.backend) "edge") (not (include "plumbline.hasSecret" (dict "root" . "name" "stateUrl"))) }}true{{ end }}
+{{- end }}
+
+{{/* "true" when /data is on a PersistentVolumeClaim: persistence.enabled and /data holds data worth keeping. */}}
+{{- define "plumbline.persistent" -}}
+{{- if and .Values.persistence.enabled (include "plumbline.dataIsState" .) }}true{{ end }}
+{{- end }}
+
+{{/* The claim of /data. */}}
+{{- define "plumbline.claimName" -}}
+{{- default (printf "%s-data" (include "plumbline.fullname" .)) .Values.persistence.existingClaim }}
 {{- end }}
 
 {{/* The ConfigMap's data: PLUMBLINE_<FIELD> for every non-null entry of settings, plus what the chart sets itself. */}}
@@ -111,9 +140,17 @@ PLUMBLINE_EVAL_EXPECTED_INTERVALS: {{ $expected | toJson | quote }}
 {{- fail (printf "settings.%s is set by the chart: use %s" $field $where) }}
 {{- end }}
 {{- end }}
+{{- if kindIs "map" .Values.secrets.existingSecretKeys }}
+{{- range $name, $key := .Values.secrets.existingSecretKeys }}
+{{- if not (hasKey (include "plumbline.secretKeys" $ | fromYaml) $name) }}
+{{- fail (printf "secrets.existingSecretKeys: %q is not one of apiKeysFile, qdrantApiKey, stateUrl, evalApiKey, metricsApiKey" $name) }}
+{{- end }}
+{{- end }}
+{{- else }}
 {{- range $key := .Values.secrets.existingSecretKeys }}
 {{- if not (has $key (values (include "plumbline.secretKeys" $ | fromYaml))) }}
 {{- fail (printf "secrets.existingSecretKeys: %q is not one of api-keys.json, qdrant-api-key, state-url, eval-api-key, metrics-api-key" $key) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- if .Values.secrets.existingSecret }}
@@ -135,9 +172,13 @@ PLUMBLINE_EVAL_EXPECTED_INTERVALS: {{ $expected | toJson | quote }}
 {{- if or (ne $backend "qdrant") (not $hasState) }}
 {{- fail "replicaCount > 1 and autoscaling need settings.backend qdrant (with settings.qdrant_url) and a PostgreSQL state URL (secrets.stateUrl, or state-url in secrets.existingSecret): with the embedded engine or the default SQLite state every replica would keep its own index and state" }}
 {{- end }}
-{{- if .Values.persistence.enabled }}
-{{- fail "persistence.enabled is for a single replica on the embedded engine: with several replicas keep the index in Qdrant and the state in PostgreSQL" }}
 {{- end }}
+{{- if and (include "plumbline.persistent" .) (not .Values.persistence.accessModes) }}
+{{- fail "persistence.accessModes must name at least one access mode, e.g. [ReadWriteOncePod] or [ReadWriteOnce]" }}
+{{- end }}
+{{- $preStop := int .Values.lifecycle.preStopSleepSeconds }}
+{{- if and $preStop (ge $preStop (int .Values.terminationGracePeriodSeconds)) }}
+{{- fail (printf "lifecycle.preStopSleepSeconds (%d) must be less than terminationGracePeriodSeconds (%d): the sleep counts against the grace period" $preStop (int .Values.terminationGracePeriodSeconds)) }}
 {{- end }}
 {{- $mode := .Values.evaluation.mode }}
 {{- if not (has $mode (list "none" "leader" "cronjob")) }}
@@ -172,14 +213,14 @@ PLUMBLINE_EVAL_EXPECTED_INTERVALS: {{ $expected | toJson | quote }}
   valueFrom:
     secretKeyRef:
       name: {{ include "plumbline.secretName" . }}
-      key: state-url
+      key: {{ include "plumbline.secretKey" (dict "root" . "name" "stateUrl") }}
 {{- end }}
 {{- if include "plumbline.hasSecret" (dict "root" . "name" "qdrantApiKey") }}
 - name: PLUMBLINE_QDRANT_API_KEY
   valueFrom:
     secretKeyRef:
       name: {{ include "plumbline.secretName" . }}
-      key: qdrant-api-key
+      key: {{ include "plumbline.secretKey" (dict "root" . "name" "qdrantApiKey") }}
 {{- end }}
 {{- with .Values.extraEnv }}
 {{ toYaml . }}
