@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
 PROMETHEUS_CONFIG = PROMETHEUS_DIR / "prometheus.yml"
 RULES = PROMETHEUS_DIR / "rules" / "plumbline.yml"
+ALERTMANAGER_EXAMPLE = PROMETHEUS_DIR / "alertmanager.example.yml"
 # the alert rules' unit tests: plumbline_test.yml evaluated every minute, plumbline_stale_test.yml every hour
 RULE_TESTS = tuple(sorted((PROMETHEUS_DIR / "tests").glob("*_test.yml")))
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "plumbline.json"
@@ -94,6 +95,19 @@ def require_binary(name: str) -> str:
     if found is None:
         missing(
             f"{name} is not installed (apt-get install prometheus): the Prometheus tests need it",
+            "PLUMBLINE_REQUIRE_PROMETHEUS",
+        )
+    return found
+
+
+def require_alertmanager() -> str:
+    """Debian's `prometheus-alertmanager` (a package of its own); skips the test (fails it under
+    PLUMBLINE_REQUIRE_PROMETHEUS) when missing."""
+    found = shutil.which("prometheus-alertmanager")
+    if found is None:
+        missing(
+            "prometheus-alertmanager is not installed (apt-get install prometheus-alertmanager): the alert delivery "
+            "test needs it",
             "PLUMBLINE_REQUIRE_PROMETHEUS",
         )
     return found
