@@ -14,7 +14,11 @@ import yaml
 from deploy.local_stack import VARIABLES, substitute
 from tests.deploy.helpers import DASHBOARD, KNOWN_METRICS, ROOT, load_yaml, metric_names, run_promtool
 
-DATASOURCE = {"type": "prometheus", "uid": "prometheus"}
+# Every panel and variable asks the Prometheus picked in the dashboard's datasource variable, never a fixed uid.
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+PROVISIONING = ROOT / "deploy" / "grafana" / "provisioning"
+# The eval gauges: read from the shared state store, exported identically by every replica.
+EVAL_GAUGE = re.compile(r"\bplumbline_eval_\w+")
 
 
 def _dashboard() -> dict[str, Any]:
@@ -33,9 +37,44 @@ def test_dashboard_identity() -> None:
     assert 36 <= dashboard["schemaVersion"] <= 41
 
 
+def _variables() -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in _dashboard()["templating"]["list"]}
+
+
+def test_datasource_variable_defaults_to_the_provisioned_prometheus() -> None:
+    """A `datasource` variable of Prometheus datasources, first (the others' queries use it), whose default is the
+    uid docker-compose provisions; a Grafana without that uid (kube-prometheus-stack's sidecar) falls back to its
+    default datasource."""
+    variables = _dashboard()["templating"]["list"]
+    var = variables[0]
+    assert (var["name"], var["type"], var["query"]) == ("datasource", "datasource", "prometheus")
+    (provisioned,) = load_yaml(PROVISIONING / "datasources" / "prometheus.yml")["datasources"]
+    assert provisioned["isDefault"] is True
+    assert var["current"]["value"] == provisioned["uid"]
+    assert not var["includeAll"]
+    assert not var["multi"]
+
+
+def test_no_fixed_datasource_uid_anywhere() -> None:
+    """Every datasource reference but Grafana's own annotations asks the variable."""
+
+    def references(node: Any) -> list[dict[str, Any]]:
+        if isinstance(node, dict):
+            found = [node["datasource"]] if isinstance(node.get("datasource"), dict) else []
+            return found + [r for v in node.values() for r in references(v)]
+        if isinstance(node, list):
+            return [r for v in node for r in references(v)]
+        return []
+
+    dashboard = _dashboard()
+    refs = references({k: v for k, v in dashboard.items() if k != "annotations"})
+    assert refs
+    assert all(ref == DATASOURCE for ref in refs), [ref for ref in refs if ref != DATASOURCE]
+
+
 def test_set_variable() -> None:
-    variables = {v["name"]: v for v in _dashboard()["templating"]["list"]}
-    assert set(variables) == {"set"}
+    variables = _variables()
+    assert set(variables) == {"datasource", "set"}
     var = variables["set"]
     assert var["query"]["query"] == "label_values(plumbline_eval_metric, set)"
     assert var["includeAll"]
@@ -73,6 +112,23 @@ def test_panel_queries_select_only_exported_metrics(panel: dict[str, Any]) -> No
         assert names <= KNOWN_METRICS, f"{panel['title']!r}: unknown metrics {sorted(names - KNOWN_METRICS)}"
 
 
+def test_eval_panels_take_the_max_over_replicas() -> None:
+    """Every replica exports the same eval gauges: a panel must collapse them with `max by (..., set, ...)` (as the
+    alert rules do), or it shows one line per replica (no aggregation) or a multiple of the value (sum)."""
+    checked = 0
+    for panel in _panels():
+        for target in panel["targets"]:
+            expr = target["expr"]
+            for match in EVAL_GAUGE.finditer(expr):
+                before = expr[: match.start()]
+                grouping = re.search(r"max by \(([^()]*)\) \($", before)
+                assert grouping, f"{panel['title']!r}: {match.group()} is not inside max by (...) in {expr!r}"
+                labels = {label.strip() for label in grouping.group(1).split(",")}
+                assert {"set", "namespace", "job"} <= labels, f"{panel['title']!r}: max by ({grouping.group(1)})"
+                checked += 1
+    assert checked >= 10
+
+
 def test_panel_queries_parse(tmp_path: Path) -> None:
     """Every query, variables substituted, as a recording rule: `promtool check rules` parses them all."""
     rules = [
@@ -87,7 +143,7 @@ def test_panel_queries_parse(tmp_path: Path) -> None:
 
 
 def test_provisioning_points_at_the_dashboard_and_datasource() -> None:
-    provisioning = ROOT / "deploy" / "grafana" / "provisioning"
+    provisioning = PROVISIONING
     datasources = load_yaml(provisioning / "datasources" / "prometheus.yml")["datasources"]
     assert [(d["uid"], d["type"], d["url"]) for d in datasources] == [
         ("prometheus", "prometheus", "http://prometheus:9090")

@@ -145,7 +145,9 @@ def pod_specs(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def config_data(docs: list[dict[str, Any]]) -> dict[str, str]:
-    data: dict[str, str] = one(docs, "ConfigMap")["data"]
+    """The settings ConfigMap's data (not the Grafana dashboard's ConfigMap, metrics.grafanaDashboard)."""
+    settings = [d for d in of_kind(docs, "ConfigMap") if not d["metadata"]["name"].endswith("-dashboard")]
+    data: dict[str, str] = one(settings, "ConfigMap")["data"]
     return data
 
 

@@ -46,8 +46,13 @@ app.kubernetes.io/component: server
 {{- end }}
 {{- end }}
 
+{{/* REPOSITORY@DIGEST when image.digest is set (it wins over the tag), else REPOSITORY:TAG (default appVersion). */}}
 {{- define "plumbline.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag | toString) }}
+{{- end }}
 {{- end }}
 
 {{/* The Secret the pods read: the one you manage, or the chart's. */}}
@@ -223,6 +228,62 @@ PLUMBLINE_EVAL_EXPECTED_INTERVALS: {{ $expected | toJson | quote }}
       key: {{ include "plumbline.secretKey" (dict "root" . "name" "qdrantApiKey") }}
 {{- end }}
 {{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The TCP port of a URL, for the NetworkPolicy's egress: its explicit port, else .default when given (qdrant-client
+uses 6333 for a URL without a port, https included), else 443 for https and 80 for http. Call with
+(dict "url" URL "default" PORT-OR-""). */}}
+{{- define "plumbline.urlPort" -}}
+{{- $url := urlParse (toString .url) }}
+{{- $port := regexFind ":[0-9]+$" $url.host | trimPrefix ":" }}
+{{- if $port }}{{ $port }}{{ else if .default }}{{ .default }}{{ else if eq $url.scheme "https" }}443{{ else }}80{{ end }}
+{{- end }}
+
+{{/* The NetworkPolicy's egress rules (networkPolicy.egress.enabled), a YAML list or nothing: DNS, the PostgreSQL state
+store when the Secret holds a state URL, Qdrant with backend qdrant, the LLM server when settings.llm_base_url is set,
+then networkPolicy.egress.extra. */}}
+{{- define "plumbline.egressRules" -}}
+{{- $np := .Values.networkPolicy }}
+{{- $s := .Values.settings }}
+{{- if $np.egress.dns.enabled }}
+# name resolution
+- to:
+    {{- toYaml $np.egress.dns.to | nindent 4 }}
+  ports:
+    - port: 53
+      protocol: UDP
+    - port: 53
+      protocol: TCP
+{{- end }}
+{{- if include "plumbline.hasSecret" (dict "root" . "name" "stateUrl") }}
+# the PostgreSQL state store
+- ports:
+    - port: {{ $np.egress.stateStore.port }}
+      protocol: TCP
+  {{- with $np.egress.stateStore.to }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
+{{- if eq (default "edge" $s.backend) "qdrant" }}
+# the Qdrant server (the port of settings.qdrant_url; 6333 when it names none, as qdrant-client assumes)
+- ports:
+    - port: {{ include "plumbline.urlPort" (dict "url" $s.qdrant_url "default" 6333) }}
+      protocol: TCP
+  {{- with $np.egress.qdrant.to }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
+{{- with $s.llm_base_url }}
+# the LLM server of synthetic sets and answer grading (the port of settings.llm_base_url)
+- ports:
+    - port: {{ include "plumbline.urlPort" (dict "url" . "default" "") }}
+      protocol: TCP
+{{- end }}
+{{- with $np.egress.extra }}
 {{ toYaml . }}
 {{- end }}
 {{- end }}
