@@ -14,8 +14,13 @@ import shlex
 import subprocess
 import tomllib
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path, PurePosixPath
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from deploy.docker import lock
 from service.runtime import build_reranker
 from service.settings import Settings
 from tests.deploy.helpers import ROOT, dev_tool, run
@@ -23,6 +28,7 @@ from tests.deploy.helpers import ROOT, dev_tool, run
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 PYPROJECT = ROOT / "pyproject.toml"
+LOCK = ROOT / "deploy" / "docker" / "constraints.txt"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
@@ -243,20 +249,34 @@ def test_every_hadolint_ignore_says_why() -> None:
 # ---- structure --------------------------------------------------------------------------------------------
 
 
-def test_builder_and_runtime_stages() -> None:
+def global_args(instrs: list[Instruction]) -> dict[str, str]:
+    """The ARGs declared before the first FROM (what FROM lines may use), with their defaults."""
+    return stage_variables([i for i in instrs if i.stage == -1])
+
+
+def test_stages_on_a_base_pinned_by_digest() -> None:
     instrs = instructions()
     froms = [i for i in instrs if i.keyword == "FROM"]
     assert len(froms) >= 2, "a builder stage and a runtime stage"
     names = {shlex.split(f.args)[-1] for f in froms if " as " in f.args.lower()}
     for f in froms:
-        image = shlex.split(f.args)[0]
+        image = substitute(shlex.split(f.args)[0], global_args(instrs))
+        if image in names:
+            continue
         assert re.search(r":\d+\.\d+\.\d+", image), f"line {f.line}: pin the base image's full version: {image}"
+        assert re.search(r"@sha256:[0-9a-f]{64}$", image), f"line {f.line}: and its digest (reproducible): {image}"
+    assert re.match(r"\$\{?BASE\}?$", shlex.split(froms[0].args)[0]), "the base is a build argument (BASE)"
     for c in copies(instrs):
         if c.from_stage is not None:
             assert c.from_stage in names, f"COPY --from={c.from_stage}: no such stage"
     final = final_stage(instrs)
-    assert not any(i.keyword == "RUN" and "pip install" in i.args for i in final), "install in the builder"
-    assert any(c.from_stage and "/opt/venv" in c.sources for c in copies(instrs)), "the runtime copies /opt/venv"
+    for i in final:
+        if i.keyword == "RUN" and "pip install" in i.args:
+            assert "--no-deps" in i.args, "the final stage resolves and downloads nothing: the deps stage does"
+    parent = shlex.split(final[0].args)[0]
+    venv = [i.stage for i in instrs if i.keyword == "RUN" and "-m venv /opt/venv" in i.args]
+    parent_stage = next(f.stage for f in froms if shlex.split(f.args)[-1] == parent)
+    assert venv == [parent_stage], "the runtime stage starts from the stage that makes /opt/venv (no 1.7 GB copy)"
 
 
 def test_final_stage_runs_as_a_numeric_non_root_user() -> None:
@@ -286,16 +306,84 @@ def _pinned_torch() -> str:
     return pins[0]
 
 
-def test_cpu_torch_at_the_pinned_version_before_the_project() -> None:
-    runs = [(n, i.args) for n, i in enumerate(instructions()) if i.keyword == "RUN" and "pip install" in i.args]
-    torch_runs = [n for n, args in runs if TORCH_CPU_INDEX in args]
-    assert torch_runs, f"torch comes from {TORCH_CPU_INDEX}"
-    torch_args = dict(runs)[torch_runs[0]]
-    assert _pinned_torch() in shlex.split(torch_args), f"{_pinned_torch()} (pyproject.toml) in: {torch_args}"
-    project = [n for n, args in runs if re.search(r"pip install( --?[\w-]+)* \.(\s|$)", args)]
-    assert project, "pip install . (not editable)"
-    assert torch_runs[0] < project[0], "torch first, or pip takes the CUDA build from PyPI"
-    assert "-e" not in shlex.split(dict(runs)[project[0]])
+def test_dependencies_come_from_the_lock_with_cpu_torch() -> None:
+    instrs = instructions()
+    runs = [(n, i) for n, i in enumerate(instrs) if i.keyword == "RUN" and "pip install" in i.args]
+    locked = [(n, i) for n, i in runs if "-r /tmp/constraints.txt" in i.args]
+    assert len(locked) == 1, "the dependencies are installed from deploy/docker/constraints.txt"
+    n, install = locked[0]
+    stage = [i for i in instrs if i.stage == install.stage]
+    assert stage_variables(stage)["TORCH_INDEX"] == TORCH_CPU_INDEX, "CPU torch from PyTorch's index by default"
+    assert "--no-deps" in shlex.split(install.args), "exactly the lock: nothing resolved beyond it"
+    assert '--extra-index-url "$TORCH_INDEX"' in install.args
+    assert any(c.sources == ("deploy/docker/constraints.txt",) for c in copies(instrs) if c.stage == install.stage)
+    assert f"{_pinned_torch()}+cpu" in LOCK.read_text(encoding="utf-8").splitlines(), "the CPU build, as pinned"
+    wheel = [i for i in instrs if i.keyword == "RUN" and re.search(r"pip wheel( --?[\w-]+)*( /\w+)? \.$", i.args)]
+    assert wheel, "the project built as a wheel (not editable)"
+    project = [(m, i) for m, i in runs if ".whl" in i.args]
+    assert project, "the project installed from its wheel"
+    assert all(m > n for m, _ in project), "the lock first"
+    assert "--no-deps" in shlex.split(project[0][1].args)
+    assert "pip check" in project[0][1].args, "a lock that misses a requirement fails the build"
+
+
+# ---- the dependency lock (deploy/docker/constraints.txt, written by deploy/docker/lock.py) ----------------------
+
+
+def _lock() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for line in LOCK.read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line)
+        assert m, f"not name==version: {line!r}"
+        name = canonicalize_name(m.group(1))
+        assert name not in pins, f"{name} pinned twice"
+        pins[name] = m.group(2)
+    return pins
+
+
+def test_the_lock_pins_every_dependency_of_pyproject_within_its_specifier() -> None:
+    pins = _lock()
+    for requirement in lock.direct_requirements():
+        name = canonicalize_name(requirement.name)
+        assert name in pins, (
+            f"{requirement} (pyproject.toml) is not in {LOCK.name}: regenerate it (deploy/docker/lock.py)"
+        )
+        assert requirement.specifier.contains(pins[name], prereleases=True), f"{name}=={pins[name]} vs {requirement}"
+        for extra in requirement.extras:  # psycopg[binary]: psycopg-binary
+            needed = [Requirement(r) for r in distribution(requirement.name).requires or []]
+            for r in needed:
+                if r.marker is not None and f'extra == "{extra}"' in str(r.marker):
+                    assert canonicalize_name(r.name) in pins, f"{r.name} ({requirement}) is not in {LOCK.name}"
+    runtime = {canonicalize_name(r.name) for r in lock.direct_requirements()}
+    dev = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]["optional-dependencies"]["dev"]
+    only_dev = {canonicalize_name(Requirement(d).name) for d in dev} - runtime
+    assert not only_dev & set(pins), f"dev tools in the image's lock: {sorted(only_dev & set(pins))}"
+
+
+def test_the_lock_is_closed_where_this_environment_matches_it() -> None:
+    """Every requirement of a locked package is locked too, at a version it accepts: checked on the packages
+    installed here at the locked version (`pip check` in the build checks them all)."""
+    pins = _lock()
+    checked = 0
+    for name, version in pins.items():
+        try:
+            dist = distribution(name)
+        except PackageNotFoundError:
+            continue
+        if dist.version != version:
+            continue
+        checked += 1
+        for text in dist.requires or []:
+            r = Requirement(text)
+            if r.marker is not None and "extra" in str(r.marker):
+                continue
+            if lock.applies(r):
+                got = pins.get(canonicalize_name(r.name))
+                assert got is not None, f"{name} needs {r}, which {LOCK.name} does not pin"
+                assert r.specifier.contains(got, prereleases=True), f"{name} needs {r}; {LOCK.name} pins {got}"
+    assert checked, "no locked package is installed here at its locked version"
 
 
 def test_copy_sources_exist_and_pass_dockerignore() -> None:
@@ -323,7 +411,17 @@ def test_the_builder_copies_what_pip_install_needs() -> None:
 
 def test_dockerignore_keeps_local_state_out() -> None:
     rules = ignore_rules()
-    for path in (".venv/bin/python", ".git/HEAD", "data/state.db", "keys.json", "service/__pycache__/cli.cpython.pyc"):
+    for path in (
+        ".venv/bin/python",
+        ".git/HEAD",
+        "data/state.db",
+        "keys.json",
+        "service/__pycache__/cli.cpython.pyc",
+        ".mypy_cache/3.11/x.json",
+        ".hypothesis/examples/x",
+        ".pytest_cache/v/x",
+        "build/lib/service/x.py",
+    ):
         assert ignored(path, rules), f"{path} would be sent to the builder"
     assert not ignored("models/my-cross-encoder/config.json", rules), "RERANKER_DIR folders live under models/"
 
@@ -343,6 +441,8 @@ def test_runtime_environment() -> None:
     for name in ("HOME", "XDG_CACHE_HOME"):
         assert final_env[name].startswith("/tmp"), f"{name}: writable under a read-only root"
     assert final_env["PLUMBLINE_DATA_DIR"] == "/data"
+    cache = final_env["PLUMBLINE_MODEL_CACHE"]
+    assert not cache.startswith(("/data", "/tmp")), "the graphs are in the image, exported once at build time"
     volumes = [i.args for i in final_stage(instructions()) if i.keyword == "VOLUME"]
     assert volumes
     assert json.loads(volumes[0]) == ["/data"]
@@ -362,6 +462,17 @@ def test_demo_corpus_is_in_the_image() -> None:
     assert path is not None, "COPY demo so that `plumbline serve --ingest /app/demo/handbook` works"
     assert path.is_dir()
     assert any(path.rglob("*.md"))
+
+
+def test_the_models_are_exported_at_build_time() -> None:
+    final = final_stage(instructions())
+    set_at = next(n for n, i in enumerate(final) if i.keyword == "ENV" and "PLUMBLINE_MODEL_CACHE=" in i.args)
+    exports = [n for n, i in enumerate(final) if i.keyword == "RUN" and "build_embedder" in i.args]
+    assert exports, "a RUN builds the configured models, which exports their graphs into PLUMBLINE_MODEL_CACHE"
+    assert exports[0] > set_at
+    assert "build_reranker" in final[exports[0]].args, "a baked-in cross-encoder too"
+    users = [n for n, i in enumerate(final) if i.keyword == "USER"]
+    assert exports[0] < users[-1], "as root: the runtime user cannot write (or replace) them"
 
 
 def test_no_reranker_by_default_and_the_folder_when_given() -> None:
