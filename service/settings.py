@@ -176,6 +176,11 @@ class Settings(BaseSettings):
     default_alpha: float = Field(
         0.5, ge=0, le=1, description="weight of the dense side in weighted fusion (0: keyword only, 1: dense only)"
     )
+    keyword_drop_filler: bool = Field(
+        True,
+        description="drop the words of a question that name no topic (how, many, do, I, need, can...) from the "
+        "keyword query; the dense side and the index are unchanged",
+    )
     default_rrf_k: int = Field(60, ge=1, description="the k of reciprocal rank fusion, 1 / (k + rank)")
     default_candidates: int = Field(100, ge=1, description="candidates each side (dense, keyword) retrieves")
     default_rerank_depth: int = Field(20, ge=1, description="top fused results the cross-encoder reorders")

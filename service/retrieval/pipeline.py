@@ -58,6 +58,7 @@ class SearchParams:
     fresh_only: bool = True
     explain: bool = False
     distinct_docs: bool = False  # at most one hit per document (its best chunk)
+    drop_filler: bool = declared("keyword_drop_filler")  # the keyword query without a question's topicless words
 
 
 def search_params(
@@ -83,6 +84,7 @@ def search_params(
         fresh_only=asked.fresh_only,
         explain=explain,
         distinct_docs=distinct_docs,
+        drop_filler=s.keyword_drop_filler,
     )
 
 
@@ -166,7 +168,9 @@ class SearchPipeline:
             vectors = dict(zip(dense_at, self.embedder.embed_queries([queries[i] for i in dense_at]), strict=True))
         with timer("sparse"):
             sparse = {
-                i: self.encoder.encode_query(q) for i, q in enumerate(queries) if params[i].mode is not Mode.DENSE
+                i: self.encoder.encode_query(q, params[i].drop_filler)
+                for i, q in enumerate(queries)
+                if params[i].mode is not Mode.DENSE
             }
         warnings: list[list[str]] = [[] for _ in queries]
         asks = []

@@ -55,8 +55,11 @@ class Bm25Encoder:
         norm = k1 * (1 - b + b * sum(counts.values()) / avg_len)
         return _vector({tid: tf * (k1 + 1) / (tf + norm) for tid, tf in counts.items()})
 
-    def encode_query(self, text: str) -> SparseVector:
-        return _vector({tid: float(tf) for tid, tf in Counter(map(term_id, self.tokenizer.tokens(text))).items()})
+    def encode_query(self, text: str, drop_filler: bool = False) -> SparseVector:
+        """A query's vector: each term's count; with `drop_filler`, without the words of a question that name no
+        topic (`service.retrieval.tokenizer.QUESTION_FILLER`)."""
+        terms = self.tokenizer.query_tokens(text, drop_filler)
+        return _vector({tid: float(tf) for tid, tf in Counter(map(term_id, terms)).items()})
 
 
 def _vector(weights: dict[int, float]) -> SparseVector:

@@ -24,6 +24,19 @@ LUCENE_STOPWORDS = frozenset(
 )
 STOPWORD_SETS: dict[str, frozenset[str]] = {"none": frozenset(), "lucene": LUCENE_STOPWORDS}
 
+# Words that carry no topic in a question asked in everyday language ("how many days do I need to ...", "can I ...",
+# "what is the ..."): interrogatives, auxiliaries and modals, pronouns, filler. Dropped from a keyword query only
+# (`Tokenizer.query_tokens`), never from what is indexed, so changing the list needs no re-index.
+QUESTION_FILLER = frozenset(
+    "how what whats when where which who whom whose why "
+    "do does did doing done can could should would shall might must am were been being "
+    "have has having had get gets getting got "
+    "i me my mine myself we our ours you your yours he him his she her hers them its "
+    "someone somebody anyone anybody anything something "
+    "need needs want wants wanna please thanks hi hello hey just really actually also still "
+    "ok okay much many often soon any some way know tell let".split()
+)
+
 # Han (incl. extension A and compatibility ideographs), kana, hangul syllables.
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
 # A run of CJK characters, or a word: letters and digits that are not CJK (one character class, not a lookahead per
@@ -66,6 +79,7 @@ class Tokenizer:
         self.config = config
         self._stopwords = STOPWORD_SETS[config.stopwords]
         self._stemmer = Stemmer.Stemmer(config.stemmer) if config.stemmer else None
+        self._filler: frozenset[str] | None = None
 
     def tokens(self, text: str) -> list[str]:
         """Normalise (NFKC, case-fold) and split `text` into terms (a multiset: order carries no meaning)."""
@@ -84,6 +98,26 @@ class Tokenizer:
             elif word not in self._stopwords:
                 out.append(next_stem())
         return out
+
+    def query_tokens(self, text: str, drop_filler: bool = False) -> list[str]:
+        """A query's terms: `tokens`, less the terms of `QUESTION_FILLER` when `drop_filler` (all of them kept when
+        nothing else is left, so a question of filler alone still searches).
+
+        Example:
+            >>> Tokenizer(TokenizerConfig()).query_tokens("How many days do I need to be in the office?", True)
+            ['day', 'offic']
+        """
+        terms = self.tokens(text)
+        if not drop_filler:
+            return terms
+        filler = self._filler_terms()
+        kept = [t for t in terms if t not in filler]
+        return kept or terms
+
+    def _filler_terms(self) -> frozenset[str]:
+        if self._filler is None:
+            self._filler = frozenset(self.tokens(" ".join(sorted(QUESTION_FILLER))))
+        return self._filler
 
     def _stems(self, words: list[str]) -> list[str]:
         return self._stemmer.stemWords(words) if self._stemmer else words  # one call for the text

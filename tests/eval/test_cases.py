@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from eval.cases import MAX_ERRORS_SHOWN, Case, Label, dump_jsonl, fingerprint, load_cases, parse_jsonl
 from eval.errors import EvalError
+from eval.matching import normalize
 from eval.storage import PACKAGE_DIR
 
 GOOD = {"id": "c-1", "question": "what is the refund window", "relevant": [{"doc_id": "billing/refunds"}]}
@@ -277,3 +278,31 @@ def test_shipped_handbook_set_loads() -> None:
     assert len(evidence) > len(labels) / 2
     assert all(c.positive for c in cases)
     assert "uncategorized" not in {c.category for c in cases}
+
+
+HANDBOOK_DIR = Path(__file__).resolve().parents[2] / "demo" / "handbook"
+
+
+def test_shipped_plain_language_set_loads() -> None:
+    cases = load_cases(PACKAGE_DIR / "sets" / "plain.jsonl")
+    assert len(cases) >= 40
+    categories = {c.category for c in cases}
+    assert categories >= {"hr", "it", "billing", "product", "security", "support", "engineering", "fjord"}
+    assert all(c.category.strip() for c in cases)
+    for category in categories:  # both splits in every category, about half each
+        splits = [c.split for c in cases if c.category == category]
+        assert abs(splits.count("tune") - splits.count("test")) <= 1, category
+    assert {c.split for c in cases} == {"tune", "test"}
+    assert all(label.kind == "evidence" for c in cases for label in c.relevant)  # passage-level: the words that answer
+    assert all(c.filters.get("tenant") for c in cases)
+
+
+@pytest.mark.parametrize("name", ["handbook", "plain"])
+def test_every_evidence_of_a_shipped_set_occurs_in_its_document(name: str) -> None:
+    for case in load_cases(PACKAGE_DIR / "sets" / f"{name}.jsonl"):
+        for label in case.relevant:
+            if label.kind != "evidence":
+                continue
+            source = HANDBOOK_DIR / f"{label.doc_id}.md"
+            assert source.is_file(), f"{case.id}: no document {label.doc_id}"
+            assert normalize(label.evidence or "") in normalize(source.read_text(encoding="utf-8")), case.id

@@ -115,3 +115,22 @@ def test_html_chunks_carry_visible_text() -> None:
 def test_invalid_config() -> None:
     with pytest.raises(ValueError, match="chunking"):
         ChunkerConfig(size=100, overlap=60)
+
+
+@pytest.mark.parametrize("name", ["handbook", "plain"])
+def test_every_evidence_of_a_shipped_set_lies_within_one_chunk(name: str, handbook_docs: list[Document]) -> None:
+    """A label's answering words must fit one chunk of the default chunking, or no result could ever satisfy it; the
+    plain-language set's evidence also names exactly one passage (its questions have one answer)."""
+    from eval.matching import normalize
+    from eval.storage import load_set
+
+    chunker = Chunker(ChunkerConfig())
+    texts = {d.id: [normalize(c.text) for c in chunker.chunk(d)] for d in handbook_docs}
+    for case in load_set(name)[1]:
+        for label in case.relevant:
+            if label.evidence is None:
+                continue
+            holding = [t for t in texts[label.doc_id] if normalize(label.evidence) in t]
+            assert holding, f"{case.id}: {label.evidence!r} is in no single chunk of {label.doc_id}"
+            if name == "plain":
+                assert len(holding) == 1, f"{case.id}: {label.evidence!r} is in {len(holding)} chunks"

@@ -13,9 +13,11 @@ from service.errors import InvalidRequest
 from service.filters import FilterSpec, parse_metadata_filters
 from service.index.chunking import Chunker, ChunkerConfig
 from service.index.index import Index
-from service.retrieval.pipeline import RERANK_OFF, SearchParams, SearchPipeline
+from service.options import SearchOverrides
+from service.retrieval.pipeline import RERANK_OFF, SearchParams, SearchPipeline, search_params
 from service.retrieval.sparse import Bm25Params
 from service.retrieval.tokenizer import TokenizerConfig
+from service.settings import Settings
 from service.stores.edge import EdgeStore
 from tests.fakes import FakeEmbedder
 
@@ -145,6 +147,28 @@ def test_stopword_only_query_warns_and_dense_still_answers(pipeline: SearchPipel
     result = pipeline.search("is it the", SearchParams(k=3))
     assert any("no keyword terms" in w for w in result.warnings)
     assert len(result.hits) == 3
+
+
+@pytest.mark.parametrize(
+    ("question", "answer"),
+    [
+        # from the plain-language set (eval/sets/plain.jsonl): the filler words brought up FAQ entries and other
+        # documents phrased as questions; without them the keyword side finds the table that answers
+        ("how do I raise a ticket with IT for something that isn't urgent?", "it/helpdesk"),
+        ("how often does someone check who still has access to our AWS accounts?", "security/access-reviews"),
+    ],
+)
+def test_keyword_side_leaves_out_a_questions_filler(pipeline: SearchPipeline, question: str, answer: str) -> None:
+    keyword = SearchParams(k=3, mode=Mode.KEYWORD)
+    assert keyword.drop_filler  # the served default
+    assert doc_ids(pipeline, question, keyword)[0] == answer
+    assert doc_ids(pipeline, question, replace(keyword, drop_filler=False))[0] != answer
+
+
+def test_search_params_take_the_filler_setting() -> None:
+    asked = SearchOverrides()
+    assert search_params(Settings(), asked, reranker_configured=False).drop_filler
+    assert not search_params(Settings(keyword_drop_filler=False), asked, reranker_configured=False).drop_filler
 
 
 def test_rerank_without_a_model_says_so(pipeline: SearchPipeline) -> None:

@@ -99,6 +99,13 @@ def test_query_vector_counts_repeated_terms_and_can_be_empty() -> None:
     assert enc.encode_query("the of and").is_empty
 
 
+def test_query_vector_can_leave_out_a_questions_filler() -> None:
+    enc = Bm25Encoder(Tokenizer(TokenizerConfig()), Bm25Params())
+    question = "how do I raise a ticket with IT?"
+    assert len(enc.encode_query(question).indices) == 5  # how, do, i, rais, ticket ("it" is a stopword)
+    assert enc.encode_query(question, drop_filler=True) == enc.encode_query("raise ticket")
+
+
 def test_invalid_parameters_are_rejected() -> None:
     with pytest.raises(ValueError, match="BM25"):
         Bm25Params(k1=0)

@@ -102,3 +102,20 @@ def test_text_without_cjk_gives_the_terms_the_cjk_path_gives(text: str) -> None:
     tok = Tokenizer(TokenizerConfig())
     assume(not _HAS_CJK.search(unicodedata.normalize("NFKC", text).casefold()))
     assert tok.tokens(text + " 中") == [*tok.tokens(text), "中"]
+
+
+def test_a_questions_filler_is_dropped_from_the_query_only_when_asked(tok: Tokenizer) -> None:
+    question = "How many days do I need to be in the office?"
+    assert tok.query_tokens(question, drop_filler=True) == ["day", "offic"]
+    assert tok.query_tokens(question) == tok.tokens(question) == ["how", "mani", "day", "do", "i", "need", "offic"]
+    # what is indexed keeps every word: the filler list is the query's alone
+    assert "need" in tok.tokens("a business need")
+
+
+def test_a_question_of_filler_alone_keeps_its_terms(tok: Tokenizer) -> None:
+    assert tok.query_tokens("how do I?", drop_filler=True) == tok.tokens("how do I?") == ["how", "do", "i"]
+
+
+def test_filler_keeps_words_that_can_name_a_topic(tok: Tokenizer) -> None:
+    # "US" (the country) and "May" (the month) are not filler; "long" asks a duration the answer may name
+    assert tok.query_tokens("US sales tax in May, how long?", drop_filler=True) == ["us", "sale", "tax", "may", "long"]
