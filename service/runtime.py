@@ -37,6 +37,8 @@ from service.errors import (
     public,
 )
 from service.evaluation.answers import Grader
+from service.evaluation.calibration import KEY as NO_ANSWER_KEY
+from service.evaluation.calibration import CalibrationRequest, calibrate
 from service.evaluation.hygiene import HygieneService
 from service.evaluation.incidents import IncidentService
 from service.evaluation.runs import EvalService, run_spec
@@ -55,6 +57,7 @@ from service.infra.observability import ServiceMetrics
 from service.options import RunOptions, SearchOverrides
 from service.retrieval.embedding import Embedder, SentenceTransformerEmbedder, resolve_model_path
 from service.retrieval.embedding_cache import CachedEmbedder
+from service.retrieval.no_answer import Calibration
 from service.retrieval.onnx_models import OnnxCrossEncoder, OnnxEmbedder
 from service.retrieval.pipeline import Limits, SearchPipeline, search_params
 from service.retrieval.rerank import CrossEncoderReranker, PairScorer, Reranker, TorchCrossEncoder
@@ -202,6 +205,7 @@ class Runtime:
         self.base_settings = settings  # as configured; `settings` adds promoted search defaults (`refresh_served`)
         self.settings = settings
         self._served_checked = 0.0
+        self.no_answer: Calibration | None = None  # the learned "nothing matches" threshold (`refresh_served`)
         self.components = components or Components()
         self.metrics = metrics
         self.preload = preload
@@ -398,9 +402,9 @@ class Runtime:
         self.refresh_served()
 
     def refresh_served(self) -> None:
-        """Serve the promoted search defaults stored in the state store, reading them at most every
-        SERVED_REFRESH_SECONDS (a request calls this: it costs a clock read otherwise); a store that does not answer
-        leaves the defaults as they are."""
+        """Serve the promoted search defaults and the "nothing matches" threshold stored in the state store, reading
+        them at most every SERVED_REFRESH_SECONDS (a request calls this: it costs a clock read otherwise); a store
+        that does not answer leaves them as they are."""
         now = time.monotonic()
         if self._state is None or now - self._served_checked < SERVED_REFRESH_SECONDS:
             return
@@ -408,10 +412,31 @@ class Runtime:
         try:
             stored = self._state.get_meta(SERVED_KEY)
             settings = served_settings(self.base_settings, json.loads(stored)["defaults"]) if stored else None
+            learned = self._state.get_meta(NO_ANSWER_KEY)
+            no_answer = Calibration.of(json.loads(learned)) if learned else None
         except (PlumblineError, ValueError, KeyError) as exc:
             log.warning("the promoted search defaults could not be read, serving the last known: %s", exc)
             return
         self.settings = settings or self.base_settings
+        self.no_answer = no_answer
+
+    def calibrate_no_answer(self, req: CalibrationRequest) -> dict[str, Any]:
+        """Learn the "nothing matches" threshold on `req.sets` over the served configuration, store it (every replica
+        serves it within SERVED_REFRESH_SECONDS) and serve it here at once: the record, with its precision and recall
+        on both splits."""
+        state = self._started(self._state)
+        cases = [c for name in req.sets for c in self.evals.cases(name)]
+        base = search_params(self.settings, SearchOverrides(), reranker_configured=self.pipeline.reranker is not None)
+        record = calibrate(self.pipeline, base, cases, req)
+        state.put_meta(NO_ANSWER_KEY, json.dumps(record))
+        self._served_checked = 0.0
+        self.refresh_served()
+        return record
+
+    def no_answer_record(self) -> dict[str, Any] | None:
+        """The stored "nothing matches" calibration, if any."""
+        stored = self._started(self._state).get_meta(NO_ANSWER_KEY)
+        return json.loads(stored) if stored else None
 
     def served_record(self) -> dict[str, Any] | None:
         """The promotion the served search defaults come from, if any."""

@@ -42,7 +42,7 @@ async def get_pipeline(runtime: RuntimeDep) -> SearchPipeline:
 
 async def get_searches(runtime: RuntimeDep) -> Searches:
     runtime.refresh_served()  # a promoted sweep's defaults, read from the state store every few seconds
-    return Searches(runtime.settings, runtime.pipeline)
+    return Searches(runtime.settings, runtime.pipeline, runtime.no_answer)
 
 
 async def get_documents(runtime: RuntimeDep) -> Documents:

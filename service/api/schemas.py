@@ -150,12 +150,28 @@ class HitOut(BaseModel):
         )
 
 
+class NoAnswerOut(BaseModel):
+    """Whether the top k probably holds no answer: the best shown hit's dense score against a threshold learned on
+    the labelled sets (POST /eval/no-answer/calibrate)."""
+
+    signal: str = Field(description="what `score` is: dense_top, the best dense (cosine) score among the hits")
+    score: float | None = Field(description="the signal's value; null when no hit has a dense score")
+    threshold: float | None = Field(description="the learned threshold; null when none applies (see `why`)")
+    k: int | None = Field(description="the top k the threshold was learned for")
+    nothing_matches: bool | None = Field(
+        description="true: below the threshold (or no hits), the hits probably do not answer; false: above it; "
+        "null: cannot tell, `why` says why"
+    )
+    why: str | None
+
+
 class SearchResponse(BaseModel):
     hits: list[HitOut]
     timings_ms: dict[str, float]
     params: dict[str, Any]
     reranked: bool
     warnings: list[str]
+    no_answer: NoAnswerOut
 
 
 class ErrorOut(BaseModel):
@@ -334,3 +350,46 @@ class RunSummary(BaseModel):
         "last_change, the audit id of the newest ingest or delete it covers; null for runs stored before",
     )
     trigger: str | None = Field(None, description='a monitoring run\'s: "schedule" or "corpus change"')
+
+
+class NoAnswerCalibrateIn(Strict):
+    sets: list[str] = Field(
+        min_length=1, max_length=20, description="labelled sets (GET /eval/sets) whose cases teach the threshold"
+    )
+    k: int = Field(5, ge=1, le=50, description='"an answer in the top k": the k a caller reads')
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="splits cases that carry no split (tune / test)")
+    beta: float = Field(
+        0.5,
+        ge=0.1,
+        le=10,
+        description="the threshold maximises F-beta of flagging searches without an answer: below 1 precision weighs "
+        "more (a search wrongly flagged tells a caller to drop a good answer), above 1 recall",
+    )
+
+
+class DetectionOut(BaseModel):
+    threshold: float
+    precision: float | None = Field(description="of the searches flagged, the share whose top k held no answer")
+    recall: float | None = Field(description="of the searches whose top k held no answer, the share flagged")
+    beta: float
+    f: float = Field(description="F-beta of the flag")
+    flagged: int
+    unanswered: int
+    searches: int
+
+
+class NoAnswerCalibrationOut(BaseModel):
+    """A learned "nothing matches" threshold: fit on the tune split, reported on both."""
+
+    signal: str
+    threshold: float
+    model: str = Field(description="the embedding model it was learned with: under another it is not applied")
+    k: int
+    sets: list[str]
+    seed: int
+    beta: float
+    split: str = Field(description='"case" (the cases\' own splits), "hash" (seeded) or "mixed"')
+    cases: dict[str, int]
+    tune: DetectionOut
+    test: DetectionOut
+    at: str

@@ -7,6 +7,7 @@ from typing import Any
 
 from service.access.principals import Principal, confine
 from service.options import SearchOverrides
+from service.retrieval.no_answer import Calibration, assess
 from service.retrieval.pipeline import SearchParams, SearchPipeline, SearchResult, describe, search_params
 from service.settings import Settings
 
@@ -16,12 +17,14 @@ class Searched:
     result: SearchResult
     params: SearchParams
     effective: dict[str, Any]  # as a response shows them: the filters as asked, the tenant it was confined to
+    no_answer: dict[str, Any]  # whether the top k probably holds no answer (`service.retrieval.no_answer.assess`)
 
 
 class Searches:
-    def __init__(self, settings: Settings, pipeline: SearchPipeline) -> None:
+    def __init__(self, settings: Settings, pipeline: SearchPipeline, no_answer: Calibration | None = None) -> None:
         self.settings = settings
         self.pipeline = pipeline
+        self.no_answer = no_answer
 
     def search(
         self,
@@ -50,4 +53,4 @@ class Searches:
         if caller.tenant is not None:  # what the search was confined to, whatever the request said
             effective["filters"]["tenant"] = caller.tenant
         effective["rerank_model"] = pipeline.reranker.name if pipeline.reranker else None
-        return Searched(result, params, effective)
+        return Searched(result, params, effective, assess(result.hits, self.no_answer, pipeline.embedder.name))

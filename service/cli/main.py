@@ -72,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from service.cli import calibration as calibration_cli
     from service.cli import hygiene as hygiene_cli
     from service.cli import incidents as incidents_cli
     from service.cli import ingest as ingest_cli
@@ -94,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="evaluate retrieval on a labelled set").add_subparsers(required=True)
     work_cli.add_parsers(ev)
     hygiene_cli.add_parsers(ev)
+    calibration_cli.add_parsers(ev)
     run = ev.add_parser("run", help="replay a labelled set; gate against a baseline")
     target = run.add_mutually_exclusive_group()
     target.add_argument("--url", help="evaluate a running Plumbline through its /search")

@@ -15,6 +15,7 @@ from eval.runner import Query, Run
 from eval.verdict import GateResult
 from service.filters import parse_filters
 from service.index import supersession
+from service.retrieval.no_answer import answer_signal
 from service.retrieval.pipeline import SearchParams, SearchPipeline
 from service.stores.base import VectorStore
 from service.stores.payload import head_point_id
@@ -23,16 +24,24 @@ from service.stores.payload import head_point_id
 class PipelineRetriever:
     """A `Retriever` over the in-process pipeline, with `base` as the run's search parameters and each case's own
     `filters` validated as /search validates them (`service.filters.parse_filters`). With `tenant`, every question
-    searches that tenant alone, whatever its case's filters say.
+    searches that tenant alone, whatever its case's filters say. With `signals`, each search's "nothing matches"
+    signal (`service.retrieval.no_answer.answer_signal`) is appended to it, in the order of the queries.
 
     Example:
         >>> r = PipelineRetriever(pipeline, SearchParams(mode=Mode.KEYWORD))  # doctest: +SKIP
     """
 
-    def __init__(self, pipeline: SearchPipeline, base: SearchParams, tenant: str | None = None) -> None:
+    def __init__(
+        self,
+        pipeline: SearchPipeline,
+        base: SearchParams,
+        tenant: str | None = None,
+        signals: list[float | None] | None = None,
+    ) -> None:
         self.pipeline = pipeline
         self.base = base
         self.tenant = tenant
+        self.signals = signals
 
     def retrieve(self, queries: Sequence[Query]) -> list[list[Retrieved]]:
 
@@ -40,6 +49,8 @@ class PipelineRetriever:
         # one instant per batch, taken before the search's own, so a hit its freshness filter let through is current
         now = dt.datetime.now(dt.UTC)
         results = self.pipeline.search_batch([q.text for q in queries], params, observe=False)
+        if self.signals is not None:
+            self.signals.extend(answer_signal(r.hits) for r in results)
         return [
             [
                 Retrieved(h.chunk.chunk_id, h.chunk.doc_id, h.chunk.text, h.score, stale=not h.current_at(now))

@@ -21,12 +21,15 @@ from service.api.schemas import (
     BaselineResponse,
     EvalJobOut,
     EvalRunRequest,
+    NoAnswerCalibrateIn,
+    NoAnswerCalibrationOut,
     ProgressOut,
     RunDeleted,
     RunSummary,
     SetSummary,
 )
 from service.errors import InvalidRequest
+from service.evaluation.calibration import CalibrationRequest
 from service.evaluation.retriever import unknown_documents
 from service.filters import FilterSpec
 from service.state.jobs import Job
@@ -258,3 +261,25 @@ async def import_set(
         cases = await run_in_threadpool(evaluations.put_set, caller, name, body, shadow=shadow)
     warnings = await run_in_threadpool(unknown_documents, index.store, cases)
     return SetSummary(name=name, cases=len(cases), warnings=warnings, source=evaluations.evals.sets.source(name))
+
+
+@router.post("/no-answer/calibrate", response_model=NoAnswerCalibrationOut)
+def calibrate_no_answer(body: NoAnswerCalibrateIn, runtime: RuntimeDep, caller: EvalAdmin) -> dict[str, Any]:
+    """Learn the "nothing matches" threshold every search's `no_answer` applies: each case of `sets` is searched
+    with the served configuration as asked and with its labelled documents left out (a question the corpus cannot
+    answer); the threshold on the best hit's dense score that best flags the searches without an answer in the top
+    `k` (the highest F-beta, precision first by default) is fit on the tune split, stored (every replica applies it
+    within seconds) and reported with its precision and recall on both splits. Every tenant's searches use it (an
+    eval:admin key is never tenant-bound)."""
+    req = CalibrationRequest(tuple(dict.fromkeys(body.sets)), body.k, body.seed, body.beta)
+    with audited(runtime, caller, "no_answer.calibrate", ",".join(req.sets), {"k": req.k}):
+        return runtime.calibrate_no_answer(req)
+
+
+@router.get("/no-answer", response_model=NoAnswerCalibrationOut)
+def get_no_answer(runtime: RuntimeDep, _: EvalRunner) -> dict[str, Any]:
+    """The threshold searches apply now, with its precision and recall; 404 before one is learned."""
+    record = runtime.no_answer_record()
+    if record is None:
+        raise UnknownName("no threshold learned yet: POST /eval/no-answer/calibrate with the labelled sets to learn it")
+    return record

@@ -10,7 +10,7 @@ from fastapi import APIRouter
 
 from service.api.auth import AUTH_RESPONSES, Searcher
 from service.api.deps import SearchesDep, SettingsDep
-from service.api.schemas import HitOut, SearchRequest, SearchResponse
+from service.api.schemas import HitOut, NoAnswerOut, SearchRequest, SearchResponse
 from service.errors import TimedOut
 from service.options import SearchOverrides
 
@@ -20,7 +20,8 @@ router = APIRouter(tags=["search"], responses=AUTH_RESPONSES)
 @router.post("/search", response_model=SearchResponse)
 async def search(body: SearchRequest, searches: SearchesDep, settings: SettingsDep, caller: Searcher) -> SearchResponse:
     """Hybrid retrieval; `explain: true` adds each hit's rank and score per stage, `highlight: true` where the
-    query's keyword terms occur in its text. Past
+    query's keyword terms occur in its text; `no_answer` says whether the hits probably hold no answer (a threshold
+    learned on the labelled sets). Past
     `search_timeout_seconds` the caller gets a 504 (the search itself cannot be interrupted mid-engine-call).
     A tenant-bound key searches its own tenant only."""
     asked = SearchOverrides.of(body)
@@ -47,4 +48,5 @@ async def search(body: SearchRequest, searches: SearchesDep, settings: SettingsD
         params=found.effective,
         reranked=result.reranked,
         warnings=list(result.warnings),
+        no_answer=NoAnswerOut.model_validate(found.no_answer),
     )

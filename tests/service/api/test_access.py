@@ -60,6 +60,8 @@ TABLE: list[tuple[str, str, dict[str, Any], tuple[str, ...]]] = [
     ("GET", "/eval/sweeps/{result_id}", {"url": "/eval/sweeps/none"}, ("eval:run",)),
     ("POST", "/eval/sweeps/{result_id}/cancel", {"url": "/eval/sweeps/none/cancel"}, ("eval:run",)),
     ("POST", "/eval/sweeps/{result_id}/promote", {"url": "/eval/sweeps/none/promote", "json": {}}, ("eval:admin",)),
+    ("POST", "/eval/no-answer/calibrate", {"json": {"sets": ["none"]}}, ("eval:admin",)),
+    ("GET", "/eval/no-answer", {}, ("eval:run",)),
     (
         "POST",
         "/eval/answers",

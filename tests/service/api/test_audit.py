@@ -53,6 +53,7 @@ def test_the_writes_are_every_route_with_a_write_method_but_search(settings: Set
         ("POST", "/eval/sweeps"),
         ("POST", "/eval/sweeps/{result_id}/cancel"),
         ("POST", "/eval/sweeps/{result_id}/promote"),
+        ("POST", "/eval/no-answer/calibrate"),
         ("POST", "/eval/answers"),
         ("POST", "/eval/answers/{result_id}/cancel"),
         ("POST", "/eval/incidents"),
