@@ -1,6 +1,7 @@
 // The search playground: every /search parameter, results with the query's matching words marked (by the service's
 // own keyword analysis), the explain view (each
-// hit's rank in each stage and where rerank moved it), per-stage timings, and "report this as a failure".
+// hit's rank in each stage and where rerank moved it), per-stage timings, whether anything here probably answers (the
+// service's "nothing matches" signal), and "report this as a failure".
 
 import { post } from "./api.js";
 import { badge, errorBox, field, fmt, h, highlighted, replace, select } from "./dom.js";
@@ -192,6 +193,49 @@ function timings(result) {
   );
 }
 
+// two numbers shown side by side, to as many digits (2 to 4) as tell them apart
+function apart(a, b) {
+  let digits = 2;
+  while (digits < 4 && fmt(a, digits) === fmt(b, digits)) digits += 1;
+  return [fmt(a, digits), fmt(b, digits)];
+}
+
+function noAnswer(verdict) {
+  // the service's "nothing matches" signal (`no_answer`): the best hit's dense score against the threshold learned on
+  // the labelled sets (POST /eval/no-answer/calibrate); absent from an older service's responses
+  if (!verdict) return null;
+  const { score, threshold, k, nothing_matches: nothing, why } = verdict;
+  const top = k ? ` (top ${k})` : "";
+  const hint = "the best hit's dense (cosine) score, against a threshold learned on the labelled sets";
+  if (nothing === true) {
+    const [best, line] = apart(score, threshold);
+    const detail =
+      score === null || score === undefined
+        ? `no hit to judge (the learned threshold is ${fmt(threshold, 2)}${top}).`
+        : `best match ${best}, below the learned threshold ${line}${top}.`;
+    return h(
+      "div",
+      { class: "alert-box caution no-answer", role: "alert", id: "no-answer", dataset: { verdict: "nothing" }, title: hint },
+      h("strong", {}, "Nothing here probably answers this: "),
+      detail,
+    );
+  }
+  if (nothing === false) {
+    const [best, line] = apart(score, threshold);
+    return h(
+      "p",
+      { class: "no-answer quiet", id: "no-answer", dataset: { verdict: "answer" }, title: hint },
+      `Best match ${best}, above the learned threshold ${line}${top}: the hits probably hold an answer.`,
+    );
+  }
+  const scored = score === null || score === undefined ? "" : ` (best match ${fmt(score, 2)})`;
+  return h(
+    "p",
+    { class: "no-answer quiet unjudged", id: "no-answer", dataset: { verdict: "unknown" }, title: hint },
+    `Not judged whether anything here answers${scored}: ${why || "the service cannot tell"}`,
+  );
+}
+
 function results(result, values, body, ctx) {
   const report = ctx.can("incidents:report")
     ? h(
@@ -211,6 +255,7 @@ function results(result, values, body, ctx) {
     "div",
     { class: "results" },
     h("div", { class: "results-head" }, h("p", { role: "status" }, `${result.hits.length} hits${result.reranked ? ", reranked" : ""}`), report),
+    noAnswer(result.no_answer),
     result.warnings.map((w) => h("p", { class: "warning" }, w)),
     timings(result),
     h("details", { class: "params-used" }, h("summary", {}, "Parameters used"), h("pre", {}, JSON.stringify(result.params, null, 2))),
