@@ -315,7 +315,7 @@ def test_new_incidents_count_when_the_setting_says_so(tmp_path: Path) -> None:
         assert app.state.runtime.wait(timeout=60)
         c.post("/documents", json={"documents": DOCS[:1]})
         assert post(c, question="refund window", doc_id="billing/refunds").status_code == 201
-        assert [s["name"] for s in c.get("/eval/sets").json()] == ["fresh", "handbook"]
+        assert [s["name"] for s in c.get("/eval/sets").json()] == ["fresh", "handbook", "plain"]
         assert c.post("/eval/run", json={"set": "fresh", "k": [1]}).json()["cases_total"] == 1
 
 

@@ -203,7 +203,7 @@ def test_a_crash_while_replacing_a_labelled_set(tmp_path: Path, point: str, repl
     def check(c: httpx.Client) -> None:
         text = c.get("/eval/sets/s").text
         assert [case.id for case in parse_jsonl(text)] == [f"c{i}" for i in range(5 if replaced else 3)]
-        assert [s["name"] for s in c.get("/eval/sets").json()] == ["handbook", "s"]
+        assert [s["name"] for s in c.get("/eval/sets").json()] == ["handbook", "plain", "s"]
         assert [e["detail"]["cases"] for e in audited(c, "set.put")] == ([5, 3] if replaced else [3])
 
     restart_and_check_doctor(data, check)
