@@ -11,7 +11,7 @@ DATA   ?= data
 export HF_HUB_OFFLINE = 1
 export TRANSFORMERS_OFFLINE = 1
 
-.PHONY: setup run test test-fast lint deploy-check llm-venv bench-quality bench-speed eval-gate demo-embeddings screenshots clean
+.PHONY: setup run test test-fast lint deploy-check llm-venv bench-quality bench-speed bench-memory eval-gate demo-embeddings screenshots clean
 
 $(BIN)/plumbline: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +84,9 @@ bench-quality: setup
 
 bench-speed: setup
 	$(BIN)/python benchmarks/speed.py
+
+bench-memory: setup
+	$(BIN)/python benchmarks/memory.py
 
 clean:
 	rm -rf $(VENV) $(DATA) .mypy_cache .ruff_cache .pytest_cache *.egg-info
