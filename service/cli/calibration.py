@@ -10,7 +10,6 @@ import argparse
 import json
 from typing import Any
 
-from eval.errors import EvalError
 from service.cli.common import EXIT_OK, auditing, data_dir_option, settings_of
 
 
@@ -30,15 +29,9 @@ def add_parsers(ev: Any) -> None:
 def _calibrate(args: argparse.Namespace) -> int:
     body = {"sets": args.sets, "k": args.k, "seed": args.seed, "beta": args.beta}
     if args.url:
-        import httpx
+        from service.cli.remote import call
 
-        from service.cli.remote import api_key_headers
-
-        with httpx.Client(base_url=args.url.rstrip("/"), timeout=600, headers=api_key_headers()) as client:
-            response = client.post("/eval/no-answer/calibrate", json=body)
-        if response.status_code != 200:
-            raise EvalError(f"{args.url} answered {response.status_code}: {response.text[:500]}")
-        record: dict[str, Any] = response.json()
+        record: dict[str, Any] = call(args.url, "POST", "/eval/no-answer/calibrate", json=body, timeout=600)
     else:
         from service.evaluation.calibration import CalibrationRequest
         from service.runtime import Runtime

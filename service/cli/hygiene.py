@@ -12,7 +12,6 @@ import argparse
 import json
 from typing import Any
 
-from eval.errors import EvalError
 from service.cli.common import EXIT_OK, data_dir_option, settings_of
 
 
@@ -36,18 +35,12 @@ def _distractors(args: argparse.Namespace) -> int:
 
     params = {"limit": args.limit, **({"k": args.k} if args.k else {})}
     if args.url:
-        import httpx
-
-        from service.cli.remote import api_key_headers
+        from service.cli.remote import call
 
         path = f"/eval/runs/{args.run}/distractors" if args.run else f"/eval/sets/{args.set}/distractors"
         if args.set:
             params["runs"] = args.runs
-        with httpx.Client(base_url=args.url.rstrip("/"), timeout=120, headers=api_key_headers()) as client:
-            response = client.get(path, params=params)
-        if response.status_code != 200:
-            raise EvalError(f"{args.url} answered {response.status_code}: {response.text[:500]}")
-        found: dict[str, Any] = response.json()
+        found: dict[str, Any] = call(args.url, "GET", path, params=params)
     else:
         from service.access.principals import local_cli
         from service.application.evaluations import Evaluations

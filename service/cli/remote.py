@@ -29,6 +29,16 @@ def no_delay_client(timeout: float = 60.0) -> httpx.Client:
     )
 
 
+def call(url: str, method: str, path: str, *, timeout: float = 120, **kwargs: Any) -> Any:
+    """One request to a running Plumbline at `url` with the key of `PLUMBLINE_API_KEY`: the JSON of a 200 answer,
+    else an `EvalError` quoting the status and the answer's start."""
+    with httpx.Client(base_url=url.rstrip("/"), timeout=timeout, headers=api_key_headers()) as client:
+        response = client.request(method, path, **kwargs)
+    if response.status_code != 200:
+        raise EvalError(f"{url} answered {response.status_code}: {response.text[:500]}")
+    return response.json()
+
+
 class HttpRetriever:
     """A `Retriever` backed by `POST {url}/search`; `overrides` are extra search fields (mode, alpha...).
 

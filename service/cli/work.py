@@ -125,16 +125,10 @@ def _review(args: argparse.Namespace) -> int:
     status = "accepted" if args.accept_all or args.accept else "rejected"
     ids = args.accept or args.reject
     if args.url:
-        import httpx
-
-        from service.cli.remote import api_key_headers
+        from service.cli.remote import call
 
         body = {"status": status, "ids": ids, "all": ids is None, "reason": args.reason}
-        with httpx.Client(base_url=args.url.rstrip("/"), timeout=120, headers=api_key_headers()) as client:
-            response = client.post(f"/eval/sets/{args.set}/proposals/review", json=body)
-        if response.status_code != 200:
-            raise EvalError(f"{args.url} answered {response.status_code}: {response.text[:500]}")
-        changed = response.json()["changed"]
+        changed = call(args.url, "POST", f"/eval/sets/{args.set}/proposals/review", json=body)["changed"]
     else:
         from service.access.principals import local_cli
         from service.application.work import Work

@@ -1,5 +1,5 @@
-"""`plumbline eval calibrate` in-process: the real model and embedded store learn a threshold from a stored set, and
-the next search applies it."""
+"""`plumbline eval calibrate` in-process (the real model and embedded store learn a threshold from a stored set) and
+against a running service (`--url`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from service.api.app import create_app
 from service.cli.main import EXIT_BAD_INPUT, EXIT_OK, main
+from service.domain import Document
+from service.runtime import Components
+from service.settings import Settings
 from service.state import open_state
+from tests.fakes import FakeEmbedder
+from tests.threaded import ThreadedServer
 
 pytestmark = pytest.mark.engine
 
@@ -56,3 +62,29 @@ def test_calibrate_learns_stores_and_reports_a_threshold(tmp_path: Path, capsys:
     assert (stored["sets"], stored["k"], stored["tune"]["recall"]) == (["mini"], 1, 1.0)
 
     assert main(["eval", "calibrate", "--data-dir", str(data), "--set", "nope"]) == EXIT_BAD_INPUT
+
+
+def test_calibrate_over_http_and_what_a_refusal_says(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    settings = Settings(data_dir=tmp_path / "srv", index_copies=1, auth="off")
+    app = create_app(settings, components=Components(embedder=lambda _: FakeEmbedder()))
+    app.state.runtime.warm_up()
+    try:
+        with ThreadedServer(app) as url:
+            docs = [
+                Document(id="a", title="a", text="# Kayak\n\nrental"),
+                Document(id="b", title="b", text="# Kiln\n\nfired"),
+            ]
+            app.state.runtime.index.ingest(docs)
+            lines = [
+                {"id": f"{d}{split}", "question": q, "relevant": [{"doc_id": d}], "split": split}
+                for d, q in (("a", "kayak rental"), ("b", "kiln fired"))
+                for split in ("tune", "test")
+            ]
+            app.state.runtime.state.put_set("two", "".join(json.dumps(x) + "\n" for x in lines))
+            assert main(["eval", "calibrate", "--url", url, "--set", "two", "--k", "1", "--json"]) == EXIT_OK
+            record = json.loads(capsys.readouterr().out)
+            assert (record["model"], record["cases"]) == ("fake-bow", {"tune": 2, "test": 2})
+            assert main(["eval", "calibrate", "--url", url, "--set", "nope"]) == EXIT_BAD_INPUT
+            assert f"{url} answered 404" in capsys.readouterr().err
+    finally:
+        app.state.runtime.close()
