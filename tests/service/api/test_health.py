@@ -3,7 +3,8 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from service.retrieval.embedding import Embedder
 from service.runtime import Components
 from service.settings import Settings
 from tests.fakes import FakeEmbedder
-from tests.postgres import fresh_postgres_database, stoppable_postgres_server
+from tests.postgres import Server, fresh_postgres_database, stoppable_postgres_server
 from tests.waiting import until
 
 
@@ -147,25 +148,32 @@ def test_a_killed_engine_process_fails_liveness_so_the_pod_is_restarted(tmp_path
         assert "plumbline_ready 0.0" in scraped  # at the scrape, not as set at start-up
 
 
-@pytest.mark.database  # a real PostgreSQL server, stopped (and started again) mid-test
-def test_metrics_keep_answering_through_a_state_store_outage_and_say_the_eval_gauges_are_stale(tmp_path: Path) -> None:
+@contextmanager
+def on_postgres(tmp_path: Path) -> Iterator[tuple[TestClient, Server]]:
+    """The app, warmed up, over a real PostgreSQL state store that the test may stop and start."""
     with stoppable_postgres_server() as server:
         settings = Settings(data_dir=tmp_path / "data", index_copies=1, state_url=fresh_postgres_database(server.url))
         app = create_app(settings, components=Components(embedder=lambda _: FakeEmbedder()))
         with TestClient(app) as c:
-            assert c.app.state.runtime.wait(timeout=60)  # type: ignore[attr-defined]
-            c.post("/documents", json={"documents": [{"id": "a", "text": "# A\n\nSome text about vpn."}]})
-            case = '{"id": "c", "question": "vpn", "relevant": [{"doc_id": "a"}]}\n'
-            assert c.put("/eval/sets/mini", content=case).status_code == 200
-            assert c.post("/eval/run", json={"set": "mini", "monitoring": True}).status_code == 200
-            before = c.get("/metrics").text
-            assert 'plumbline_eval_metric{category="all",k="10",metric="recall",set="mini"} 1.0' in before
-            server.stop()  # PostgreSQL goes away, as an outage does
-            during = c.get("/metrics")
-            assert during.status_code == 200  # the scrape still answers
-            assert "plumbline_eval_gauges_stale 1.0" in during.text
-            assert 'plumbline_eval_metric{category="all",k="10",metric="recall",set="mini"} 1.0' in during.text
-            assert "plumbline_http_requests_total" in during.text
+            assert app.state.runtime.wait(timeout=60)
+            yield c, server
+
+
+@pytest.mark.database  # a real PostgreSQL server, stopped (and started again) mid-test
+def test_metrics_keep_answering_through_a_state_store_outage_and_say_the_eval_gauges_are_stale(tmp_path: Path) -> None:
+    with on_postgres(tmp_path) as (c, server):
+        c.post("/documents", json={"documents": [{"id": "a", "text": "# A\n\nSome text about vpn."}]})
+        case = '{"id": "c", "question": "vpn", "relevant": [{"doc_id": "a"}]}\n'
+        assert c.put("/eval/sets/mini", content=case).status_code == 200
+        assert c.post("/eval/run", json={"set": "mini", "monitoring": True}).status_code == 200
+        before = c.get("/metrics").text
+        assert 'plumbline_eval_metric{category="all",k="10",metric="recall",set="mini"} 1.0' in before
+        server.stop()  # PostgreSQL goes away, as an outage does
+        during = c.get("/metrics")
+        assert during.status_code == 200  # the scrape still answers
+        assert "plumbline_eval_gauges_stale 1.0" in during.text
+        assert 'plumbline_eval_metric{category="all",k="10",metric="recall",set="mini"} 1.0' in during.text
+        assert "plumbline_http_requests_total" in during.text
 
 
 def test_sets_run_from_outside_export_their_expected_interval(tmp_path: Path) -> None:
@@ -177,17 +185,13 @@ def test_sets_run_from_outside_export_their_expected_interval(tmp_path: Path) ->
 
 @pytest.mark.database  # a real PostgreSQL server, stopped (and started again) mid-test
 def test_readiness_follows_a_shared_state_store_out_and_back(tmp_path: Path) -> None:
-    with stoppable_postgres_server() as server:
-        settings = Settings(data_dir=tmp_path / "data", index_copies=1, state_url=fresh_postgres_database(server.url))
-        app = create_app(settings, components=Components(embedder=lambda _: FakeEmbedder()))
-        with TestClient(app) as c:
-            assert c.app.state.runtime.wait(timeout=60)  # type: ignore[attr-defined]
-            assert c.get("/health/ready").status_code == 200
-            server.stop()
-            assert until(lambda: c.get("/health/ready").status_code == 503, 30)  # asked every few seconds
-            ready = c.get("/health/ready").json()
-            assert ready["detail"] == "the state store is unavailable (the server log has the database driver's error)"
-            assert "plumbline_ready 0.0" in c.get("/metrics").text
-            assert c.get("/health/live").status_code == 200  # an outage passes: no restart
-            server.start()
-            assert until(lambda: c.get("/health/ready").status_code == 200, 30)  # and ready again by itself
+    with on_postgres(tmp_path) as (c, server):
+        assert c.get("/health/ready").status_code == 200
+        server.stop()
+        assert until(lambda: c.get("/health/ready").status_code == 503, 30)  # asked every few seconds
+        ready = c.get("/health/ready").json()
+        assert ready["detail"] == "the state store is unavailable (the server log has the database driver's error)"
+        assert "plumbline_ready 0.0" in c.get("/metrics").text
+        assert c.get("/health/live").status_code == 200  # an outage passes: no restart
+        server.start()
+        assert until(lambda: c.get("/health/ready").status_code == 200, 30)  # and ready again by itself
