@@ -94,6 +94,18 @@ def wait_for(check: Callable[[], T | None], timeout: float, what: str, every: fl
         time.sleep(every)
 
 
+def stop(*processes: subprocess.Popen[bytes], grace: float = 30) -> None:
+    """Ask each process to end (SIGTERM), then wait up to `grace` seconds for each before killing it."""
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def write_corpus(folder: Path) -> None:
     for category, docs in TOPICS.items():
         (folder / category).mkdir(parents=True, exist_ok=True)
@@ -212,13 +224,7 @@ def running(workdir: Path, *, schedule_seconds: float = 3600, scrape_seconds: fl
             wait_for(lambda: httpx.get(f"{stack.prometheus}/-/ready").is_success, 60, "Prometheus")
             yield stack
         finally:
-            for process in (prometheus, service):
-                process.terminate()
-            for process in (prometheus, service):
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+            stop(prometheus, service)
 
 
 def _keys(data: Path) -> tuple[str, str]:

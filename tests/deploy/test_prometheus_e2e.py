@@ -29,6 +29,7 @@ from deploy.local_stack import (
     free_port,
     panel_queries,
     running,
+    stop,
     wait_for,
     write_corpus,
 )
@@ -178,12 +179,7 @@ def started(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
         try:
             yield child
         finally:
-            child.terminate()
-            try:
-                child.wait(30)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+            stop(child)
 
 
 def shortened_rules(folder: Path) -> Path:
