@@ -397,7 +397,11 @@ class Runtime:
         """Store promoted search defaults (`service.evaluation.served`) and serve them here at once; the other replicas
         read them within SERVED_REFRESH_SECONDS."""
         served_settings(self.base_settings, record["defaults"])  # refused (Conflict) past a limit, before storing
-        self._started(self._state).put_meta(SERVED_KEY, json.dumps(record))
+        self._publish(SERVED_KEY, record)
+
+    def _publish(self, key: str, record: dict[str, Any]) -> None:
+        """Store `record` under the state store's meta `key` and read what `refresh_served` serves at once."""
+        self._started(self._state).put_meta(key, json.dumps(record))
         self._served_checked = 0.0
         self.refresh_served()
 
@@ -415,7 +419,9 @@ class Runtime:
             learned = self._state.get_meta(NO_ANSWER_KEY)
             no_answer = Calibration.of(json.loads(learned)) if learned else None
         except (PlumblineError, ValueError, KeyError) as exc:
-            log.warning("the promoted search defaults could not be read, serving the last known: %s", exc)
+            log.warning(
+                "the promoted search defaults or no-answer threshold could not be read, serving the last: %s", exc
+            )
             return
         self.settings = settings or self.base_settings
         self.no_answer = no_answer
@@ -424,23 +430,16 @@ class Runtime:
         """Learn the "nothing matches" threshold on `req.sets` over the served configuration, store it (every replica
         serves it within SERVED_REFRESH_SECONDS) and serve it here at once: the record, with its precision and recall
         on both splits."""
-        state = self._started(self._state)
+        self._started(self._state)  # before any search: refused where no state store is open
         cases = [c for name in req.sets for c in self.evals.cases(name)]
         base = search_params(self.settings, SearchOverrides(), reranker_configured=self.pipeline.reranker is not None)
         record = calibrate(self.pipeline, base, cases, req)
-        state.put_meta(NO_ANSWER_KEY, json.dumps(record))
-        self._served_checked = 0.0
-        self.refresh_served()
+        self._publish(NO_ANSWER_KEY, record)
         return record
 
     def no_answer_record(self) -> dict[str, Any] | None:
         """The stored "nothing matches" calibration, if any."""
         stored = self._started(self._state).get_meta(NO_ANSWER_KEY)
-        return json.loads(stored) if stored else None
-
-    def served_record(self) -> dict[str, Any] | None:
-        """The promotion the served search defaults come from, if any."""
-        stored = self._started(self._state).get_meta(SERVED_KEY)
         return json.loads(stored) if stored else None
 
     def _monitor(self, set_name: str, interval: float) -> bool:
