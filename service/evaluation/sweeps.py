@@ -11,7 +11,6 @@ generator would receive.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import functools
 import logging
 import shutil
@@ -30,7 +29,7 @@ from eval.storage import check_name
 from service.domain import Document, FusionMethod, Mode
 from service.errors import InvalidRequest
 from service.evaluation.retriever import PipelineRetriever
-from service.filters import FilterSpec, build_filter
+from service.index.generations import COPY_BATCH, entries
 from service.index.index import Index
 from service.index.loaders import batched
 from service.retrieval.pipeline import SearchParams, SearchPipeline
@@ -38,7 +37,6 @@ from service.retrieval.pipeline import SearchParams, SearchPipeline
 log = logging.getLogger("plumbline")
 
 SCRATCH = "scratch"  # temporary indexes live in DATA_DIR/scratch/<sweep id>/ (removed at start-up if left behind)
-COPY_BATCH = 64  # documents copied into a temporary index per ingest
 SCRATCH_FACTOR = 1.5  # a temporary index's disk estimate: the live index's bytes per chunk, times this
 
 
@@ -236,7 +234,7 @@ class Sweeper:
     ) -> tuple[sw.Row, tuple[CaseResult, ...]]:
         """`config`'s row over `cases` (each question timed alone), and its case results."""
         params = self._params(config)
-        ks = sorted({1, 5, 10, params.k, *_k_of(req.metric)})
+        ks = sorted({1, 5, 10, params.k, *k_of(req.metric)})
         timed = _Timed(PipelineRetriever(pipeline, params, req.tenant), params.k)
         run = run_set(cases, timed, set_name=req.set_name, ks=ks, unit=req.unit)
         try:
@@ -278,14 +276,8 @@ class Sweeper:
         return _Scratch(pipeline, directory)
 
     def _documents(self, tenant: str | None) -> Iterator[Document]:
-        where = build_filter(FilterSpec(tenant=tenant), fresh_only=False, now=dt.datetime.now(dt.UTC))
-        cursor = None
-        while True:
-            entries, cursor = self.index.listing(where, cursor, COPY_BATCH)
-            for e in entries:
-                yield self.index.get(e.id).document
-            if cursor is None:
-                return
+        for entry in entries(self.index, tenant):
+            yield self.index.get(entry.id).document
 
 
 @dataclass
@@ -320,7 +312,7 @@ def sweep_summary(result: sw.SweepResult) -> dict[str, Any]:
     }
 
 
-def _k_of(metric: str) -> tuple[int, ...]:
+def k_of(metric: str) -> tuple[int, ...]:
     """The k a metric name needs in a run (`ndcg@10` → 10; `mrr` → none)."""
     _, _, k = metric.partition("@")
     return (int(k),) if k.isdigit() else ()

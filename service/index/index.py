@@ -23,7 +23,8 @@ import threading
 import time
 from array import array
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -36,6 +37,7 @@ from service.errors import (
     InsufficientStorage,
     InvalidRequest,
     NotFound,
+    NotReady,
     PayloadTooLarge,
     StoreUnavailable,
 )
@@ -155,6 +157,7 @@ class Index:
         # called with the bytes a write is about to add; raises InsufficientStorage when the disk cannot take them
         self._reserve_space = reserve_space or (lambda _: None)
         self._write_lock = threading.Lock()
+        self._retired: str | None = None  # why this index takes no more writes (another generation is served)
         self._last_gen = 0
         store.ensure_schema(embedder.dimension)
         self._wanted = Manifest(embedder.name, embedder.dimension, tokenizer, bm25)
@@ -179,9 +182,25 @@ class Index:
             _check_compatible(found, self._wanted, avg_len_set=not self._measure)
             self.manifest, self.encoder = found, Bm25Encoder(self.encoder.tokenizer, found.bm25)
 
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Writes held off for the block (a generation switch copies the last changes under it)."""
+        with self._write_lock:
+            yield
+
+    def retire(self, reason: str) -> None:
+        """Refuse every later write (`NotReady`, 503: the caller retries on the index served now); call it inside
+        `held`, so a write waiting for the lock finds it retired."""
+        self._retired = reason
+
+    def _writable(self) -> None:
+        if self._retired is not None:
+            raise NotReady(self._retired)
+
     def ingest(self, docs: Sequence[Document]) -> IngestResult:
         docs = self._validated(docs)
         with self._write_lock:
+            self._writable()
             if self.manifest is None:
                 self._adopt_manifest()
             known = self._records([d.id for d in docs])
@@ -311,6 +330,7 @@ class Index:
         """Remove every point of the document; the number of chunks it had. `visible(tenant)` False: `NotFound`, as if
         it did not exist (checked under the write lock, so the id cannot change hands in between)."""
         with self._write_lock:
+            self._writable()
             stored = self.get(doc_id)
             if not visible(stored.document.tenant):
                 raise NotFound(f"no document with id {doc_id!r}")

@@ -12,13 +12,15 @@ import datetime as dt
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from service.domain import DocFormat, DocStatus, Document
 from service.errors import InvalidRequest
 from service.filters import parse_datetime
+
+T = TypeVar("T")
 
 FORMATS = {
     ".md": DocFormat.MARKDOWN,
@@ -43,14 +45,14 @@ def iter_documents(path: Path) -> Iterator[Document]:
         raise InvalidRequest(f"{path} does not exist")
 
 
-def batched(docs: Iterable[Document], size: int) -> Iterator[list[Document]]:
+def batched(docs: Iterable[T], size: int) -> Iterator[list[T]]:
     """`docs` in lists of `size` (the last one shorter), read as they come: an ingest's batches.
 
     Example:
         >>> [len(b) for b in batched([Document(str(n), "t", "x") for n in range(5)], 2)]
         [2, 2, 1]
     """
-    batch: list[Document] = []
+    batch: list[T] = []
     for doc in docs:
         batch.append(doc)
         if len(batch) == size:

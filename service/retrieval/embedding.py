@@ -73,7 +73,7 @@ class PrefixedEmbedder:
 
 
 class SentenceTransformerEmbedder(PrefixedEmbedder):
-    """An `Embedder` over a sentence-transformers model.
+    """An `Embedder` over a sentence-transformers model; `name` is what the index manifest records (default: `model`).
 
     Example:
         >>> e = SentenceTransformerEmbedder(PACKAGED_MODEL)  # doctest: +SKIP
@@ -89,6 +89,7 @@ class SentenceTransformerEmbedder(PrefixedEmbedder):
         query_prefix: str = "",
         document_prefix: str = "",
         device: str = "cpu",
+        name: str | None = None,
     ) -> None:
         from sentence_transformers import SentenceTransformer
 
@@ -96,7 +97,7 @@ class SentenceTransformerEmbedder(PrefixedEmbedder):
         dimension = self._model.get_embedding_dimension()
         if dimension is None:
             raise ValueError(f"{model} does not say its embedding dimension")
-        super().__init__(model, dimension, query_prefix, document_prefix)
+        super().__init__(name or model, dimension, query_prefix, document_prefix)
         self._batch_size = batch_size
 
     def _encode(self, texts: list[str]) -> Matrix:

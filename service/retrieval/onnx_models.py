@@ -136,7 +136,9 @@ def _torch_module(model_dir: Path, kind: str) -> Any:
         inner = AutoModelForSequenceClassification.from_pretrained(str(model_dir), attn_implementation="eager").eval()
     else:
         pooling = model_dir / "1_Pooling" / "config.json"
-        if pooling.exists() and not json.loads(pooling.read_text()).get("pooling_mode_mean_tokens", False):
+        config = json.loads(pooling.read_text()) if pooling.exists() else {}
+        # sentence-transformers < 6 writes pooling_mode_mean_tokens, later ones pooling_mode
+        if config and not (config.get("pooling_mode_mean_tokens") or config.get("pooling_mode") == "mean"):
             raise PlumblineError(
                 f"the ONNX runtime supports mean-pooled embedding models; {model_dir.name} pools otherwise: "
                 "set PLUMBLINE_ENCODER_RUNTIME=torch"
@@ -215,6 +217,17 @@ def _fuse(model_dir: Path, graph: Path) -> None:
     fused.save_model_to_file(str(graph))
 
 
+def _max_tokens(model_dir: Path) -> int:
+    """The tokens a sentence-transformers model reads: `max_seq_length` (sentence-transformers < 6), else the
+    tokenizer's `model_max_length` (as 6 saves it), else 512."""
+    for name, key in (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length")):
+        config = model_dir / name
+        value = json.loads(config.read_text()).get(key) if config.exists() else None
+        if isinstance(value, int) and 0 < value <= 8192:
+            return value
+    return 512
+
+
 class OnnxEmbedder(PrefixedEmbedder):
     """An `Embedder` on ONNX Runtime, equal to `SentenceTransformerEmbedder` on the same model to within 1e-4.
 
@@ -224,6 +237,8 @@ class OnnxEmbedder(PrefixedEmbedder):
     documents in a second session whose threads run at that CPU priority, so that an ingest takes the cores only
     when searches leave them (`benchmarks/speed.py` measures searches during an ingest). It costs the memory of a
     second session (the weights again).
+
+    `name` is what the index manifest records (default: `model`; a tuned model's `tuned:<name>`, its folder `model`).
 
     Example:
         >>> e = OnnxEmbedder(PACKAGED_MODEL, cache=Path("data/models"))  # doctest: +SKIP
@@ -242,13 +257,13 @@ class OnnxEmbedder(PrefixedEmbedder):
         threads: int | None = None,
         int8: bool = False,
         document_nice: int = 0,
+        name: str | None = None,
     ) -> None:
-        config = Path(resolve_model_path(model)) / "sentence_bert_config.json"
-        max_tokens = int(json.loads(config.read_text()).get("max_seq_length", 512)) if config.exists() else 512
+        max_tokens = _max_tokens(Path(resolve_model_path(model)))
         self._graph = _Graph(model, "embedding", cache, threads, max_tokens, int8=int8)
         self._batch_size = batch_size
         dimension = int(self._graph.run(self._graph.encode(["dimension"])).shape[1])
-        super().__init__(model, dimension, query_prefix, document_prefix)
+        super().__init__(name or model, dimension, query_prefix, document_prefix)
         self._documents: _LowPriority | None = None
         if document_nice:
             self._documents = _LowPriority(document_nice)
