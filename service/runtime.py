@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from eval.storage import RunStore, SetStore
 from service.access.keys import Authenticator
 from service.errors import (
+    Conflict,
     DataDirLocked,
     DataDirUnavailable,
     InsufficientStorage,
@@ -47,8 +48,10 @@ from service.evaluation.served import KEY as SERVED_KEY
 from service.evaluation.served import served_settings
 from service.evaluation.sweeps import SCRATCH, Served, Sweeper, directory_bytes, token_counter
 from service.evaluation.synthesis import Synthesizer
+from service.evaluation.tuning import Candidate, Tuner
 from service.filters import FilterSpec, build_filter
 from service.index.chunking import Chunker, ChunkerConfig
+from service.index.generations import BASE, Generation, Generations, sync
 from service.index.index import Index, IndexLimits
 from service.index.loaders import iter_documents
 from service.infra import logs
@@ -57,6 +60,7 @@ from service.infra.observability import ServiceMetrics
 from service.options import RunOptions, SearchOverrides
 from service.retrieval.embedding import Embedder, SentenceTransformerEmbedder, resolve_model_path
 from service.retrieval.embedding_cache import CachedEmbedder
+from service.retrieval.finetune import TrainStats, fine_tune
 from service.retrieval.no_answer import Calibration
 from service.retrieval.onnx_models import OnnxCrossEncoder, OnnxEmbedder
 from service.retrieval.pipeline import Limits, SearchPipeline, search_params
@@ -77,6 +81,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("plumbline")
 STATE_CHECK_SECONDS = 5.0  # how often a shared state store is asked whether it answers (readiness)
 CORPUS_ACTIONS = ("documents.ingest", "documents.delete")  # the audited changes of the corpus (`corpus_size`)
+RETIRE_GRACE_SECONDS = 10.0  # how long a store switched away from stays open for the searches still in it
 SERVED_REFRESH_SECONDS = 15.0  # how often a replica reads the promoted search defaults (`Runtime.refresh_served`)
 PRELOAD_BATCH = 16  # documents per ingest batch at start-up: a progress line after each
 T = TypeVar("T")
@@ -89,6 +94,7 @@ class Components:
     embedder: Callable[[Settings], Embedder] | None = None
     reranker: Callable[[Settings], Reranker | None] | None = None
     store: Callable[[Settings], VectorStore] | None = None
+    trainer: Callable[..., TrainStats] | None = None  # fine-tunes the embedding model (`finetune.fine_tune`)
 
 
 def model_device(settings: Settings) -> str:
@@ -112,10 +118,15 @@ def _onnx(settings: Settings) -> Path | None:
 
 
 def build_embedder(settings: Settings) -> Embedder:
+    """The configured embedding model; a tuned one (`tuned:<name>`, `plumbline tune`) from its folder in the data
+    directory, under its name."""
     s, cache = settings, _onnx(settings)
+    folder = Generations(s.data_dir, s.embedding_model).model_dir(s.embedding_model)
+    model, name = (str(folder), s.embedding_model) if folder is not None else (s.embedding_model, None)
     if cache is not None:
         return OnnxEmbedder(
-            s.embedding_model,
+            model,
+            name=name,
             cache=cache,
             threads=s.torch_threads,
             batch_size=s.embedding_batch_size,
@@ -124,7 +135,8 @@ def build_embedder(settings: Settings) -> Embedder:
             document_nice=s.ingest_nice,
         )
     return SentenceTransformerEmbedder(
-        s.embedding_model,
+        model,
+        name=name,
         device=model_device(s),
         batch_size=s.embedding_batch_size,
         query_prefix=s.query_prefix,
@@ -152,7 +164,8 @@ def tokenizer_config(settings: Settings) -> TokenizerConfig:
     return TokenizerConfig(stemmer=settings.stemmer, stopwords=settings.stopwords)
 
 
-def build_store(settings: Settings) -> VectorStore:
+def build_store(settings: Settings, index_dir: Path | None = None) -> VectorStore:
+    """The configured vector store; the embedded one in `index_dir` (default: `<data dir>/index`)."""
     if settings.backend == "qdrant":
         from service.stores.qdrant import QdrantStore, connect
 
@@ -161,7 +174,7 @@ def build_store(settings: Settings) -> VectorStore:
         return QdrantStore(client, settings.collection, options)
     from service.stores.mirrored import MirroredStore, single_copy
 
-    index = settings.data_dir / "index"
+    index = index_dir or settings.data_dir / "index"
     if settings.index_copies == 2:
         return MirroredStore(index, graph_from=settings.index_graph_from)
     return single_copy(index, graph_from=settings.index_graph_from)
@@ -215,6 +228,10 @@ class Runtime:
         self._patient = False  # the server's warm-up waits for an unreachable vector store; a CLI's does not
         self._store: VectorStore | None = None  # once built, so that close() closes it even if warm-up gave up
         self.lock = DataDirLock(settings.data_dir)
+        self.generations = Generations(settings.data_dir, settings.embedding_model)  # the embedded index's (tune)
+        self._switching = threading.Lock()  # one generation switch at a time
+        self._retired: dict[Path, VectorStore] = {}  # stores of generations switched away from, closed after a grace
+        self._retiring = threading.Lock()  # guards _retired and the closing of its stores
         self._state: StateStore | None = None
         self._authenticator: Authenticator | None = None
         self._evals: EvalService | None = None
@@ -589,20 +606,20 @@ class Runtime:
         shutil.rmtree(s.data_dir / SCRATCH, ignore_errors=True)
         if self._state is None:
             self._open_state()
+        self._serve_generation()
         self.refresh_served()
         s = self.settings
         if s.torch_threads:
             import torch
 
             torch.set_num_threads(s.torch_threads)
-        embedder = (self.components.embedder or build_embedder)(s)
-        if s.embedding_cache:
-            path = s.embedding_cache_path or s.data_dir / "embeddings.db"
-            embedder = cache = CachedEmbedder(embedder, path, variant=s.document_prefix)
-            if s.embedding_seed is not None:
-                log.info("embedding cache: %d vector(s) added from %s", cache.seed(s.embedding_seed), s.embedding_seed)
+        embedder = self._embedder(s, seed=True)
         reranker = (self.components.reranker or build_reranker)(s) if search else None
-        store = self._store = (self.components.store or build_store)(s)
+        if self.components.store is not None:
+            store = self._store = self.components.store(s)
+        else:
+            served = self.generations.index_path(self.generations.serving()) if s.backend == "edge" else None
+            store = self._store = build_store(s, served)
         embedder.embed_queries(["warm-up"])  # the first forward pass is slow: pay it before readiness
         if reranker is not None:
             reranker.score("warm-up", ["warm-up"])
@@ -625,6 +642,123 @@ class Runtime:
         gc.freeze()
         self._ready.set()
         log.info("ready: %d documents, %d chunks", index.documents(), index.chunks())
+
+    def _embedder(self, s: Settings, *, seed: bool) -> Embedder:
+        """The embedding model `s` names, behind the embedding cache when it is on (seeded from
+        `embedding_seed` with `seed`)."""
+        embedder = (self.components.embedder or build_embedder)(s)
+        if s.embedding_cache:
+            path = s.embedding_cache_path or s.data_dir / "embeddings.db"
+            embedder = cache = CachedEmbedder(embedder, path, variant=s.document_prefix)
+            if seed and s.embedding_seed is not None:
+                log.info("embedding cache: %d vector(s) added from %s", cache.seed(s.embedding_seed), s.embedding_seed)
+        return embedder
+
+    def _serve_generation(self) -> None:
+        """Serve with the model of the embedded index generation `serving.json` names (a promoted tune's, or the
+        configured one for the base)."""
+        gen = self.generations.serving()
+        if self.base_settings.backend != "edge":
+            return
+        if gen.name != BASE:
+            self.generations.check_served(gen)
+        if gen.model != self.generations.base.model:
+            log.info("serving index generation %s, embedded with %s (plumbline tune)", gen.name, gen.model)
+        self.base_settings = self.base_settings.model_copy(update={"embedding_model": gen.model})
+        self.settings = self.settings.model_copy(update={"embedding_model": gen.model})
+
+    def open_generation(self, gen: Generation, *, observed: bool = False) -> tuple[Index, SearchPipeline]:
+        """An index and a search pipeline over generation `gen` with its own model (the cross-encoder and limits of
+        the served pipeline); with `observed`, its stages feed the request metrics. The caller closes its store."""
+        s = self.base_settings.model_copy(update={"embedding_model": gen.model})
+        embedder = self._embedder(s, seed=False)
+        path = self.generations.index_path(gen)
+        with self._retiring:  # switched away from within the grace: its files are still held open
+            stale = self._retired.pop(path, None)
+            if stale is not None:
+                stale.close()
+        store = build_store(s, path)
+        try:
+            index = self._build_index(store, embedder, s)
+        except BaseException:
+            store.close()
+            raise
+        live = self.pipeline
+        observe = self.metrics.observe_stage if observed and self.metrics else None
+        return index, SearchPipeline(store, embedder, index.encoder, live.reranker, live.limits, observe_stage=observe)
+
+    def switch_generation(self, gen: Generation, *, known: dict[str, int] | None, reason: str) -> dict[str, int]:
+        """Serve generation `gen` from now on, with no downtime: what changed in the live index since `gen` was built
+        (`known`: the live documents' generations then; None: check every document) is copied into it while writes
+        go on, then once more with the live index's writes held, then `serving.json` names it and searches go to it.
+        A write that waited meanwhile is refused (503: send it again, it lands in `gen`). The old store closes after
+        RETIRE_GRACE_SECONDS (searches in flight finish there). The documents copied before and while held."""
+        with self._switching:
+            live, old = self.index, self._store
+            old_path = self.generations.index_path(self.generations.serving())
+            index, pipeline = self.open_generation(gen, observed=True)
+            try:
+                known, before = sync(live, index, known)
+                with live.held():
+                    _, held = sync(live, index, known)
+                    self.generations.switch(gen, reason=reason)
+                    live.retire("the served index generation changed while this write waited: send it again")
+                    self._serve_generation()
+                    self._index, self._pipeline, self._store = index, pipeline, pipeline.store
+            except BaseException:
+                pipeline.store.close()
+                raise
+        self._served_checked = 0.0
+        self.refresh_served()
+        if old is not None:
+            self._retire(old_path, old)
+        log.info("now serving index generation %s (%s): %s", gen.name, gen.model, reason)
+        return {"copied_before": before["written"], "copied_held": held["written"], "deleted": before["deleted"]}
+
+    def _retire(self, path: Path, store: VectorStore) -> None:
+        """Close `store` (of the index at `path`) after RETIRE_GRACE_SECONDS (or sooner: at `close`, or when
+        `path` is switched back to)."""
+        with self._retiring:
+            self._retired[path] = store
+
+        def close() -> None:
+            with self._retiring:
+                if self._retired.get(path) is store:
+                    del self._retired[path]
+                    store.close()
+
+        timer = threading.Timer(RETIRE_GRACE_SECONDS, close)
+        timer.daemon = True
+        timer.start()
+
+    def tuner(self) -> Tuner:
+        """Tunes the served model on labelled sets into a new generation of the embedded index (`Conflict` on a
+        Qdrant server: its generations are not built yet)."""
+        s = self.settings
+        if s.backend != "edge":
+            raise Conflict(
+                "plumbline tune re-embeds the corpus into a new generation of the embedded index; with "
+                "PLUMBLINE_BACKEND=qdrant it is not supported yet: tune on an embedded copy (plumbline export/import)"
+            )
+        gen = self.generations.serving()
+        folder = self.generations.model_dir(gen.model)
+        live = self.pipeline
+        return Tuner(
+            Candidate(
+                live=live,
+                index=self.index,
+                served=search_params(s, SearchOverrides(), reranker_configured=live.reranker is not None),
+                generations=self.generations,
+                base_model=str(folder) if folder is not None else resolve_model_path(s.embedding_model),
+                device=model_device(s),
+                query_prefix=s.query_prefix,
+                document_prefix=s.document_prefix,
+                open=self.open_generation,
+                train=self.components.trainer or fine_tune,
+                reserve_space=self.reserve_space,
+                live_bytes=lambda: directory_bytes(self.generations.index_path(gen)),
+            )
+        )
 
     def _open_index(self, store: VectorStore, embedder: Embedder, *, check: bool) -> Index:
         """The index over `store`, after the integrity check (logged, and repaired as the settings say)."""
@@ -748,6 +882,10 @@ class Runtime:
         self.scheduler.stop()
         self._ready.clear()
         try:
+            with self._retiring:
+                for store in self._retired.values():
+                    store.close()
+                self._retired.clear()
             if self._store is not None:
                 self._store.close()
             if self._state is not None:

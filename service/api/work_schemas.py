@@ -10,7 +10,10 @@ from service.inputs import Strict
 
 
 class WorkProgressOut(BaseModel):
-    done: int = Field(description="passages drafted, configurations measured, or items graded so far")
+    done: int = Field(
+        description="passages drafted, configurations measured, items graded, or a tune's phases (mine, train, "
+        "re-embed, compare) done so far"
+    )
     total: int
 
 
@@ -18,7 +21,7 @@ class WorkOut(BaseModel):
     """A synthesis, a sweep or an answer grading: where it stands, and once done its summary (or whole result)."""
 
     id: str
-    kind: Literal["synthesis", "sweep", "answers"]
+    kind: Literal["synthesis", "sweep", "answers", "tune"]
     set: str
     status: Literal["queued", "running", "done", "failed", "cancelled", "lost"] = Field(
         description="lost: the replica doing it stopped answering (a synthesis can then be resumed)"
@@ -113,3 +116,51 @@ class AnswersIn(Strict):
     run_id: str | None = Field(None, max_length=100, description="the run whose retrieved chunks are the contexts")
     k: int = Field(5, ge=1, le=50, description="contexts taken from the run per item")
     samples: int = Field(3, ge=1, le=9, description="judge samples per item (median and spread kept)")
+
+
+class TuneIn(Strict):
+    """Fine-tune the served embedding model on labelled sets, into a new index generation beside the live one."""
+
+    sets: list[str] = Field(min_length=1, max_length=20, description="the sets to learn from and be judged on")
+    epochs: int = Field(2, ge=1, le=20)
+    learning_rate: float = Field(2e-5, gt=0, le=1e-3)
+    batch_size: int = Field(16, ge=2, le=256, description="questions per step (the others in a batch are negatives)")
+    negatives: int = Field(3, ge=1, le=20, description="hard negatives mined per question (one used per epoch)")
+    depth: int = Field(30, ge=5, le=200, description="how deep the served search is read when mining")
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    test_share: float = Field(0.5, gt=0, lt=1, description="the held-out share of cases without a split of their own")
+    metric: str = Field("ndcg@10", max_length=40, description="the held-out quality the comparison is made on")
+    min_gain: float = Field(0.0, ge=0, le=1, description="the held-out gain a tuned model needs to be promoted")
+
+
+class TunePromoteOut(BaseModel):
+    tune: str
+    generation: str
+    promoted: bool
+    refusal: str | None = Field(None, description="why it was not promoted")
+    copied: dict[str, int] | None = Field(
+        None,
+        description="documents copied into the generation from the live index: before the gate (before_gate, "
+        "deleted_before_gate), then at the switch (copied_before, copied_held: with writes held, deleted)",
+    )
+    runs: list[dict[str, Any]] = Field(description="each set's gated run on the new generation (null: no baseline)")
+
+
+class GenerationOut(BaseModel):
+    name: str = Field(description="base: the index the configured model built; else the tune that made it")
+    model: str = Field(description="the embedding model its vectors were made with (tuned:<name>: a tuned one)")
+    index_dir: str
+    created_at: str
+    tune: str | None
+
+
+class ModelOut(BaseModel):
+    serving: GenerationOut
+    previous: GenerationOut | None = Field(description="what a rollback returns to")
+    history: list[dict[str, Any]]
+
+
+class RollbackOut(BaseModel):
+    generation: str
+    model: str
+    copied: dict[str, int]

@@ -18,6 +18,8 @@ from typing import Any
 from eval import judge as jd
 from eval import sweep as sw
 from eval.cases import Case
+from eval.errors import UnknownName
+from eval.present import report_json
 from eval.runner import new_run_id
 from eval.verdict import GateRequest
 from service.access.principals import Principal, require
@@ -28,6 +30,15 @@ from service.evaluation.runs import run_spec
 from service.evaluation.served import FIELDS
 from service.evaluation.sweeps import SweepRequest, sweep_summary
 from service.evaluation.synthesis import SynthesisRequest, proposals
+from service.evaluation.tuning import (
+    PHASES,
+    TuneRequest,
+    copied_generations,
+    dropped,
+    record_copied,
+    tune_summary,
+)
+from service.index.generations import Generation, sync
 from service.inputs import SearchOptions
 from service.options import RunOptions, SearchOverrides
 from service.runtime import Runtime
@@ -295,3 +306,113 @@ class Work:
 
         params = {"set": req.set_name, "run_id": req.run_id, "k": req.k, "samples": req.samples, "items": len(items)}
         return self._start(caller, "answers", req.set_name, params, len(items), work)
+
+    # -- tuning ----------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _model_admin(caller: Principal, doing: str) -> None:
+        require(caller, ("eval:admin",), doing)
+        if caller.tenant is not None:
+            raise Forbidden("the embedding model serves every tenant: a tenant-bound key cannot change it")
+
+    def tune(self, caller: Principal, req: TuneRequest) -> str:
+        """Start a tune of the served embedding model on `req.sets` (`service.evaluation.tuning`); one at a time."""
+        self._model_admin(caller, "tuning the embedding model")
+        tuner = self.runtime.tuner()  # a backend that cannot tune says so before any job
+        busy = [v.result.result_id for v in self.listing(caller, "tune", None, 20, 0) if v.status in LIVE]
+        if busy:
+            raise Conflict(f"tune {busy[0]} is in progress: wait for it, or cancel it")
+        cases = {name: self.runtime.evals.cases(name) for name in req.sets}
+        empty = [name for name, found in cases.items() if not found]
+        if empty:
+            raise InvalidRequest(f"set(s) {empty} have no case: label some first")
+
+        def work(result_id: str, progress: Callable[[int, int], None]) -> tuple[dict[str, Any], dict[str, Any]]:
+            record = tuner.run(result_id, req, cases, progress)
+            return tune_summary(record), record
+
+        return self._start(caller, "tune", req.sets[0], req.to_json(), len(PHASES), work)
+
+    def promote_tune(self, caller: Principal, result_id: str, baseline: str | None) -> dict[str, Any]:
+        """Serve a finished tune's generation, through the gate: refused when its held-out comparison says it is worse
+        (or gains less than asked); else the writes made to the live index since it was built are copied into it, each
+        of its sets that has a baseline (`baseline` for all, default: the one named like the set) is run on it and
+        gated, and only if every gate passes (at least one) does the service switch to it (copying what changed
+        meanwhile). What was decided, with the runs and the documents copied."""
+        self._model_admin(caller, "promoting a tuned model")
+        view = self.view(caller, "tune", result_id)
+        record = view.result.record
+        if record is None:
+            raise Conflict(f"tune {result_id} is {view.status}: only a finished tune can be promoted")
+        generations = self.runtime.generations
+        gen = Generation.of(record["generation"])
+        if generations.serving().name == gen.name:
+            raise Conflict(f"tune {result_id}'s generation {gen.name} is served already")
+        if dropped(record, generations):
+            raise Conflict(f"tune {result_id}'s generation {gen.name} was removed by a later tune: run it again")
+        out: dict[str, Any] = {"tune": result_id, "generation": gen.name, "promoted": False, "runs": []}
+        if not record["promotable"]:
+            return {**out, "refusal": record["refusal"]}
+        known, synced, evaluations = self._gate_generation(gen, view.result.params["sets"], baseline)
+        out["runs"] = [{"set": name, "evaluation": ev} for name, ev in evaluations]
+        out["copied"] = {"before_gate": synced["written"], "deleted_before_gate": synced["deleted"]}
+        gated = [ev for _, ev in evaluations if ev is not None and ev.gate is not None]
+        failed = [name for name, ev in evaluations if ev is not None and ev.gate is not None and not ev.gate.passed]
+        if not gated:
+            return {**out, "refusal": "no set of this tune has a baseline to gate against: promote one first"}
+        if failed:
+            return {**out, "refusal": f"the gate failed on set(s) {failed}"}
+        copied = self.runtime.switch_generation(gen, known=known, reason=f"tune {result_id} promoted")
+        return {**out, "promoted": True, "refusal": None, "copied": {**out["copied"], **copied}}
+
+    def _gate_generation(
+        self, gen: Generation, sets: Sequence[str], baseline: str | None
+    ) -> tuple[dict[str, int], dict[str, int], list[tuple[str, Evaluation | None]]]:
+        """Generation `gen` brought up to date with the live index, then each set run on it and gated against its
+        baseline (None for a set without one). The live documents' generations copied from (what the switch copies
+        on top of), the counts of that copy, and the runs."""
+        index, pipeline = self.runtime.open_generation(gen)
+        out: list[tuple[str, Evaluation | None]] = []
+        try:
+            generations = self.runtime.generations
+            known, synced = sync(self.runtime.index, index, copied_generations(generations, gen))
+            record_copied(generations, gen, known)  # a later promotion copies on top of this
+            for name in sets:
+                wanted = baseline or name
+                try:
+                    self.runtime.evals.runs.located(wanted)
+                except UnknownName:
+                    out.append((name, None))
+                    continue
+                options = RunOptions(name, SearchOverrides(), (1, 5, 10), "chunk", GateRequest(), baseline=wanted)
+                out.append((name, self.runtime.evals.evaluate(run_spec(options, self.runtime.settings, pipeline))))
+        finally:
+            pipeline.store.close()
+        return known, synced, out
+
+    def rollback(self, caller: Principal) -> dict[str, Any]:
+        """Serve the previous generation again (no gate: the way back), copying the writes made since."""
+        self._model_admin(caller, "rolling the embedding model back")
+        generations = self.runtime.generations
+        previous = generations.previous()
+        if previous is None:
+            raise Conflict("no earlier generation to roll back to: the served one is the first")
+        generations.check_served(previous)
+        copied = self.runtime.switch_generation(previous, known=None, reason="rollback")
+        return {"generation": previous.name, "model": previous.model, "copied": copied}
+
+    def model(self, caller: Principal) -> dict[str, Any]:
+        """The served generation and model, the previous one, and the switches so far."""
+        require(caller, ("eval:run", "eval:admin"), "reading the served model")
+        generations = self.runtime.generations
+        previous = generations.previous()
+        return {
+            "serving": generations.serving().to_json(),
+            "previous": previous.to_json() if previous else None,
+            "history": generations.history(),
+        }
+
+
+def promotion_run(evaluation: Evaluation | None) -> dict[str, Any] | None:
+    """A promotion's gated run as the API shows it (its verdict, no cases); None for a set that was not gated."""
+    return report_json(evaluation.run, evaluation.report, evaluation.gate, cases=False) if evaluation else None

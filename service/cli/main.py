@@ -8,6 +8,7 @@
     plumbline incidents post|list|review|export [--url U] ...   (see service.cli.incidents)
     plumbline keys create|list|rotate|revoke [--data-dir D | --secrets-file F | --url U]   (see service.cli.keys)
     plumbline export FILE [--data-dir D] / plumbline import FILE [--data-dir D]   (see service.cli.transfer)
+    plumbline tune run|promote|rollback|status [--url U | --data-dir D] ...   (see service.cli.tune)
 
 `ingest` stops at a batch that fails (exit 3) or is refused (exit 2), with a JSON report of what is committed, what
 is not, and what may be either.
@@ -78,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     from service.cli import ingest as ingest_cli
     from service.cli import keys as keys_cli
     from service.cli import transfer as transfer_cli
+    from service.cli import tune as tune_cli
     from service.cli import work as work_cli
 
     p = argparse.ArgumentParser(prog="plumbline", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -150,6 +152,7 @@ def _parser() -> argparse.ArgumentParser:
     incidents_cli.add_parser(sub)
     keys_cli.add_parser(sub)
     transfer_cli.add_parser(sub)
+    tune_cli.add_parser(sub)
     return p
 
 

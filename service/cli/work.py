@@ -107,7 +107,7 @@ def _synthesize(args: argparse.Namespace) -> int:
     }
     if args.url:
         path = f"/eval/syntheses/{args.resume}/resume" if args.resume else f"/eval/sets/{args.set}/synthesize"
-        view = _remote(args.url, path, {} if args.resume else body, "syntheses")
+        view = run_remote(args.url, path, {} if args.resume else body, "syntheses")
     else:
         from service.evaluation.synthesis import SynthesisRequest
 
@@ -117,8 +117,8 @@ def _synthesize(args: argparse.Namespace) -> int:
             req = SynthesisRequest(set_name=args.set, **{**body, "tags": tuple(args.tags)})
             return str(work.synthesize(caller, req))
 
-        view = _local(args, "synthesis", start)
-    return _print(view, args.json, _synthesis_lines)
+        view = run_local(args, "synthesis", start)
+    return print_view(view, args.json, _synthesis_lines)
 
 
 def _review(args: argparse.Namespace) -> int:
@@ -133,7 +133,7 @@ def _review(args: argparse.Namespace) -> int:
         from service.access.principals import local_cli
         from service.application.work import Work
 
-        with _runtime(args) as runtime:
+        with local_runtime(args) as runtime:
             changed = Work(runtime).review(local_cli(), args.set, ids, status, args.reason)
     print(f"{len(changed)} case(s) {status}" + (f" into set {args.set}" if status == "accepted" else ""))
     return EXIT_OK
@@ -152,7 +152,7 @@ def _sweep(args: argparse.Namespace) -> int:
         "test_share": args.test_share,
     }
     if args.url:
-        view = _remote(args.url, "/eval/sweeps", body, "sweeps")
+        view = run_remote(args.url, "/eval/sweeps", body, "sweeps")
     else:
         from eval.storage import load_set
         from service.evaluation.sweeps import SweepRequest
@@ -165,8 +165,8 @@ def _sweep(args: argparse.Namespace) -> int:
             )
             return str(work.sweep(caller, req, cases))
 
-        view = _local(args, "sweep", start)
-    return _print(view, args.json, _sweep_lines)
+        view = run_local(args, "sweep", start)
+    return print_view(view, args.json, _sweep_lines)
 
 
 def _answers(args: argparse.Namespace) -> int:
@@ -185,15 +185,15 @@ def _answers(args: argparse.Namespace) -> int:
             "k": args.k,
             "samples": args.samples,
         }
-        view = _remote(args.url, "/eval/answers", body, "answers")
+        view = run_remote(args.url, "/eval/answers", body, "answers")
     else:
         from service.evaluation.answers import AnswersRequest
 
         def start(work: Any, caller: Any) -> str:
             return str(work.grade(caller, AnswersRequest(args.set, tuple(items), args.run_id, args.k, args.samples)))
 
-        view = _local(args, "answers", start)
-    return _print(view, args.json, _answer_lines)
+        view = run_local(args, "answers", start)
+    return print_view(view, args.json, _answer_lines)
 
 
 def _space(value: str) -> dict[str, Any]:
@@ -211,7 +211,7 @@ def _space(value: str) -> dict[str, Any]:
 
 
 @contextmanager
-def _runtime(args: argparse.Namespace) -> Iterator[Any]:
+def local_runtime(args: argparse.Namespace) -> Iterator[Any]:
     from service.runtime import Runtime
 
     runtime = Runtime(settings_of(args))
@@ -222,13 +222,19 @@ def _runtime(args: argparse.Namespace) -> Iterator[Any]:
         runtime.close()
 
 
-def _local(args: argparse.Namespace, kind: str, start: Callable[[Any, Any], str]) -> dict[str, Any]:
-    """Start the work in this process, as the service would, follow it to its end; its view as the API shows it."""
+def run_local(
+    args: argparse.Namespace,
+    kind: str,
+    start: Callable[[Any, Any], str],
+    after: Callable[[Any, Any, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Start the work in this process, as the service would, follow it to its end; its view as the API shows it.
+    `after(work, caller, view)` runs once it has ended, before the data directory is let go."""
     from service.access.principals import local_cli
     from service.application.work import Work
 
     caller = local_cli()
-    with _runtime(args) as runtime:
+    with local_runtime(args) as runtime:
         work = Work(runtime)
         result_id = start(work, caller)
         print(f"{kind} {result_id} started", file=sys.stderr)
@@ -243,10 +249,12 @@ def _local(args: argparse.Namespace, kind: str, start: Callable[[Any, Any], str]
                     break
                 runtime.evals.wait(POLL_SECONDS)
         out: dict[str, Any] = view.to_json(full=True)
+        if after is not None:
+            after(work, caller, out)
         return out
 
 
-def _remote(url: str, path: str, body: dict[str, Any], plural: str) -> dict[str, Any]:
+def run_remote(url: str, path: str, body: dict[str, Any], plural: str) -> dict[str, Any]:
     from service.cli.remote import no_delay_client
 
     url = url.rstrip("/")
@@ -274,7 +282,7 @@ def _say(kind: str, result_id: str, now: tuple[int, int], said: tuple[int, int] 
     return now
 
 
-def _print(view: dict[str, Any], as_json: bool, lines: Callable[[dict[str, Any]], list[str]]) -> int:
+def print_view(view: dict[str, Any], as_json: bool, lines: Callable[[dict[str, Any]], list[str]]) -> int:
     if as_json:
         print(json.dumps(view, indent=1, ensure_ascii=False))
     elif view["status"] == "done":

@@ -25,7 +25,8 @@ class PipelineRetriever:
     """A `Retriever` over the in-process pipeline, with `base` as the run's search parameters and each case's own
     `filters` validated as /search validates them (`service.filters.parse_filters`). With `tenant`, every question
     searches that tenant alone, whatever its case's filters say. With `signals`, each search's "nothing matches"
-    signal (`service.retrieval.no_answer.answer_signal`) is appended to it, in the order of the queries.
+    signal (`service.retrieval.no_answer.answer_signal`) is appended to it, in the order of the queries. With
+    `embedded`, each hit's text as the models see it (`Chunk.embed_text`) is kept in it by chunk id.
 
     Example:
         >>> r = PipelineRetriever(pipeline, SearchParams(mode=Mode.KEYWORD))  # doctest: +SKIP
@@ -37,11 +38,13 @@ class PipelineRetriever:
         base: SearchParams,
         tenant: str | None = None,
         signals: list[float | None] | None = None,
+        embedded: dict[str, str] | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.base = base
         self.tenant = tenant
         self.signals = signals
+        self.embedded = embedded
 
     def retrieve(self, queries: Sequence[Query]) -> list[list[Retrieved]]:
 
@@ -51,6 +54,8 @@ class PipelineRetriever:
         results = self.pipeline.search_batch([q.text for q in queries], params, observe=False)
         if self.signals is not None:
             self.signals.extend(answer_signal(r.hits) for r in results)
+        if self.embedded is not None:
+            self.embedded.update((h.chunk.chunk_id, h.chunk.embed_text) for r in results for h in r.hits)
         return [
             [
                 Retrieved(h.chunk.chunk_id, h.chunk.doc_id, h.chunk.text, h.score, stale=not h.current_at(now))

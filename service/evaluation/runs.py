@@ -98,7 +98,7 @@ def run_spec(options: RunOptions, s: Settings, pipeline: SearchPipeline) -> RunS
         options.set_name,
         tuple(options.ks),
         options.unit,
-        _run_params(base, options.search),
+        {**_run_params(base, options.search), "model": pipeline.embedder.name},
         options.gate,
         GatePolicy(fail_on_regressed=s.fail_on_regressed_incidents),
         kind="experiment" if options.search.given else ("monitoring" if options.monitoring else "manual"),

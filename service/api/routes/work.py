@@ -1,5 +1,6 @@
-"""/eval/sets/{name}/synthesize, /eval/syntheses, /eval/sets/{name}/proposals, /eval/sweeps, /eval/answers: day-0
-sets drafted by an LLM and reviewed, parameter sweeps, and LLM-graded answers. Each starts in the background (202,
+"""/eval/sets/{name}/synthesize, /eval/syntheses, /eval/sets/{name}/proposals, /eval/sweeps, /eval/answers,
+/eval/tunes, /eval/model: day-0 sets drafted by an LLM and reviewed, parameter sweeps, LLM-graded answers, and the
+embedding model tuned on the labels. Each starts in the background (202,
 `Location` to follow) and ends as a stored result of its own kind, never a retrieval run and never part of a gate."""
 
 from __future__ import annotations
@@ -14,24 +15,29 @@ from service.api.auth import AUTH_RESPONSES, EvalAdmin, EvalRunner, audited
 from service.api.deps import RuntimeDep
 from service.api.work_schemas import (
     AnswersIn,
+    ModelOut,
     PromoteIn,
     PromoteOut,
     ProposalsOut,
     ReviewIn,
     ReviewOut,
+    RollbackOut,
     SweepIn,
     SynthesisIn,
+    TuneIn,
+    TunePromoteOut,
     WorkOut,
 )
-from service.application.work import Work, WorkView
+from service.application.work import Work, WorkView, promotion_run
 from service.errors import InvalidRequest
 from service.evaluation.answers import AnswersRequest
 from service.evaluation.sweeps import SweepRequest
 from service.evaluation.synthesis import SynthesisRequest
+from service.evaluation.tuning import TuneRequest
 
 router = APIRouter(prefix="/eval", tags=["eval work"], responses=AUTH_RESPONSES)
-Kind = Literal["synthesis", "sweep", "answers"]
-PATHS = {"synthesis": "syntheses", "sweep": "sweeps", "answers": "answers"}
+Kind = Literal["synthesis", "sweep", "answers", "tune"]
+PATHS = {"synthesis": "syntheses", "sweep": "sweeps", "answers": "answers", "tune": "tunes"}
 Limit = Annotated[int, Query(ge=1, le=1000)]
 Offset = Annotated[int, Query(ge=0, le=2**31 - 1)]
 
@@ -221,3 +227,65 @@ def get_answers(result_id: str, runtime: RuntimeDep, caller: EvalRunner) -> Work
 def cancel_answers(result_id: str, runtime: RuntimeDep, caller: EvalRunner) -> WorkOut:
     with audited(runtime, caller, "answers.cancel", result_id):  # with the job's cancel flag
         return _out(Work(runtime).cancel(caller, "answers", result_id))
+
+
+# -- tuning -------------------------------------------------------------------------------------------------------
+
+
+@router.post("/tunes", response_model=WorkOut, status_code=status.HTTP_202_ACCEPTED)
+def start_tune(body: TuneIn, runtime: RuntimeDep, response: Response, caller: EvalAdmin) -> WorkOut:
+    """Fine-tune the served embedding model on the sets' tune splits, accepted incidents and synthetic cases, with
+    hard negatives mined from the served search's own misses; re-embed the corpus into a new index generation beside
+    the live one (the disk checked first; searches and writes go on); compare both on the held-out cases with the
+    paired test. Nothing is switched: promote it with `/eval/tunes/{id}/promote`. One tune at a time; an unbound
+    `eval:admin` key; the embedded backend only (409 otherwise)."""
+    req = TuneRequest(sets=tuple(body.sets), **body.model_dump(exclude={"sets"}))
+    with audited(runtime, caller, "tune.start", ",".join(body.sets)):  # with the job's row
+        result_id = Work(runtime).tune(caller, req)
+    return _accepted(runtime, caller, "tune", result_id, response)
+
+
+@router.get("/tunes", response_model=list[WorkOut])
+def list_tunes(
+    runtime: RuntimeDep, caller: EvalRunner, set: str | None = None, limit: Limit = 50, offset: Offset = 0
+) -> list[WorkOut]:
+    return [_out(v) for v in Work(runtime).listing(caller, "tune", set, limit, offset)]
+
+
+@router.get("/tunes/{result_id}", response_model=WorkOut)
+def get_tune(result_id: str, runtime: RuntimeDep, caller: EvalRunner) -> WorkOut:
+    """A tune: its phase, then what it mined, how it trained, the new generation, and the held-out comparison (per
+    set and pooled) with whether it may be promoted."""
+    return _out(Work(runtime).view(caller, "tune", result_id), full=True)
+
+
+@router.post("/tunes/{result_id}/cancel", response_model=WorkOut, status_code=status.HTTP_202_ACCEPTED)
+def cancel_tune(result_id: str, runtime: RuntimeDep, caller: EvalAdmin) -> WorkOut:
+    with audited(runtime, caller, "tune.cancel", result_id):  # with the job's cancel flag
+        return _out(Work(runtime).cancel(caller, "tune", result_id))
+
+
+@router.post("/tunes/{result_id}/promote", response_model=TunePromoteOut)
+def promote_tune(result_id: str, body: PromoteIn, runtime: RuntimeDep, caller: EvalAdmin) -> TunePromoteOut:
+    """Serve a finished tune's generation, through the gate: refused (`promoted: false`, `refusal`) when it is worse
+    on the held-out cases, or when a gate fails; each set of the tune with a baseline is run on the new generation
+    and gated (at least one must be). A pass switches searches and writes to it with no downtime, copying what was
+    written since it was built; the old generation is kept for `/eval/model/rollback`."""
+    with audited(runtime, caller, "tune.promote", result_id):  # with the gated runs' rows
+        out = Work(runtime).promote_tune(caller, result_id, body.baseline)
+    runs = [{"set": r["set"], "run": promotion_run(r["evaluation"])} for r in out.pop("runs")]
+    return TunePromoteOut(**out, runs=runs)
+
+
+@router.get("/model", response_model=ModelOut)
+def served_model(runtime: RuntimeDep, caller: EvalRunner) -> ModelOut:
+    """The index generation served now and the embedding model of its vectors, the previous one, and every switch."""
+    return ModelOut.model_validate(Work(runtime).model(caller))
+
+
+@router.post("/model/rollback", response_model=RollbackOut)
+def rollback_model(runtime: RuntimeDep, caller: EvalAdmin) -> RollbackOut:
+    """Serve the previous index generation again (and its model), copying what was written since: no gate, it is the
+    way back. 409 when there is none."""
+    with audited(runtime, caller, "model.rollback", "embedding model"):
+        return RollbackOut.model_validate(Work(runtime).rollback(caller))

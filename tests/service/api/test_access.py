@@ -60,6 +60,13 @@ TABLE: list[tuple[str, str, dict[str, Any], tuple[str, ...]]] = [
     ("GET", "/eval/sweeps/{result_id}", {"url": "/eval/sweeps/none"}, ("eval:run",)),
     ("POST", "/eval/sweeps/{result_id}/cancel", {"url": "/eval/sweeps/none/cancel"}, ("eval:run",)),
     ("POST", "/eval/sweeps/{result_id}/promote", {"url": "/eval/sweeps/none/promote", "json": {}}, ("eval:admin",)),
+    ("POST", "/eval/tunes", {"json": {"sets": ["none"]}}, ("eval:admin",)),
+    ("GET", "/eval/tunes", {}, ("eval:run",)),
+    ("GET", "/eval/tunes/{result_id}", {"url": "/eval/tunes/none"}, ("eval:run",)),
+    ("POST", "/eval/tunes/{result_id}/cancel", {"url": "/eval/tunes/none/cancel"}, ("eval:admin",)),
+    ("POST", "/eval/tunes/{result_id}/promote", {"url": "/eval/tunes/none/promote", "json": {}}, ("eval:admin",)),
+    ("GET", "/eval/model", {}, ("eval:run",)),
+    ("POST", "/eval/model/rollback", {}, ("eval:admin",)),
     ("POST", "/eval/no-answer/calibrate", {"json": {"sets": ["none"]}}, ("eval:admin",)),
     ("GET", "/eval/no-answer", {}, ("eval:run",)),
     (
