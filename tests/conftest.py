@@ -123,29 +123,37 @@ def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A randomly initialised 2-layer BERT cross-encoder saved like a real one (config, weights, tokenizer). Seeded,
     so every run has the same model, and initialised ten times wider than BERT's default: its scores then differ
     between inputs in the second or third decimal, not the seventh, and a test can tell two passages apart."""
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+    from transformers import BertForSequenceClassification
 
     folder = tmp_path_factory.mktemp("tiny-cross-encoder")
     words = "the a of to and in is for on with vpn password refund plan price error code laptop leave".split()
     letters = [chr(c) for c in range(97, 123)]
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words, *letters]
+    _tiny_bert(folder, [*words, *letters], BertForSequenceClassification, layers=2, positions=512, num_labels=1)
+    return folder
+
+
+def _tiny_bert(folder: Path, words: list[str], model_class: Any, layers: int, positions: int, **config: Any) -> None:
+    """A seeded random BERT of `model_class` (hidden size 32, initialised ten times wider than BERT's default) with
+    `words` as its vocabulary, saved to `folder` with its tokenizer."""
+    import torch
+    from transformers import BertConfig, BertTokenizerFast
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
     tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)})  # vocab_file is ignored by transformers 5
     tokenizer.save_pretrained(folder)
-    config = BertConfig(
+    bert = BertConfig(
         vocab_size=len(vocab),
         hidden_size=32,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=2,
         intermediate_size=64,
-        max_position_embeddings=512,
-        num_labels=1,
+        max_position_embeddings=positions,
         initializer_range=0.2,
+        **config,
     )
     torch.manual_seed(0)
-    BertForSequenceClassification(config).save_pretrained(folder)
-    return folder
+    model_class(bert).save_pretrained(folder)
 
 
 TINY_WORDS = (
@@ -162,25 +170,12 @@ TINY_WORDS = (
 def tiny_embedding_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A randomly initialised 1-layer BERT saved as a sentence-transformers model (mean pooling, normalised), its
     vocabulary the words of `TINY_WORDS`: what the tuning tests train in seconds. Seeded: the same model every run."""
-    import torch
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.models import Normalize, Pooling, Transformer
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+    from transformers import BertModel
 
     bert = tmp_path_factory.mktemp("tiny-bert")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *dict.fromkeys(TINY_WORDS)]
-    BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}).save_pretrained(bert)
-    config = BertConfig(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-        initializer_range=0.2,
-    )
-    torch.manual_seed(0)
-    BertModel(config).save_pretrained(bert)
+    _tiny_bert(bert, list(dict.fromkeys(TINY_WORDS)), BertModel, layers=1, positions=128)
     folder = tmp_path_factory.mktemp("tiny-embedding-model")
     modules = [Transformer(str(bert), max_seq_length=128), Pooling(32, "mean"), Normalize()]
     SentenceTransformer(modules=modules).save(str(folder))
