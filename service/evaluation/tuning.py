@@ -53,12 +53,12 @@ class TuneRequest:
     tuned model must gain on the held-out cases to be promoted (the gate decides too)."""
 
     sets: tuple[str, ...]
-    epochs: int = 2
-    learning_rate: float = 2e-5
-    batch_size: int = 16
+    epochs: int = TrainConfig.epochs
+    learning_rate: float = TrainConfig.learning_rate
+    batch_size: int = TrainConfig.batch_size
     negatives: int = 3
     depth: int = 30
-    seed: int = 0
+    seed: int = TrainConfig.seed
     test_share: float = 0.5
     metric: str = "ndcg@10"
     min_gain: float = 0.0

@@ -249,6 +249,7 @@ def start_tune(body: TuneIn, runtime: RuntimeDep, response: Response, caller: Ev
 def list_tunes(
     runtime: RuntimeDep, caller: EvalRunner, set: str | None = None, limit: Limit = 50, offset: Offset = 0
 ) -> list[WorkOut]:
+    """Tunes newest first, with their summaries once done."""
     return [_out(v) for v in Work(runtime).listing(caller, "tune", set, limit, offset)]
 
 
@@ -261,6 +262,7 @@ def get_tune(result_id: str, runtime: RuntimeDep, caller: EvalRunner) -> WorkOut
 
 @router.post("/tunes/{result_id}/cancel", response_model=WorkOut, status_code=status.HTTP_202_ACCEPTED)
 def cancel_tune(result_id: str, runtime: RuntimeDep, caller: EvalAdmin) -> WorkOut:
+    """Stop a tune at its next mining batch, training step or copy batch; its model and generation are removed."""
     with audited(runtime, caller, "tune.cancel", result_id):  # with the job's cancel flag
         return _out(Work(runtime).cancel(caller, "tune", result_id))
 
