@@ -56,6 +56,7 @@ from service.index.index import Index, IndexLimits
 from service.index.loaders import iter_documents
 from service.infra import logs
 from service.infra.datadir import DataDirLock
+from service.infra.faults import crash_point
 from service.infra.observability import ServiceMetrics
 from service.options import RunOptions, SearchOverrides
 from service.retrieval.embedding import Embedder, SentenceTransformerEmbedder, resolve_model_path
@@ -702,6 +703,7 @@ class Runtime:
                 with live.held():
                     _, held = sync(live, index, known)
                     self.generations.switch(gen, reason=reason)
+                    crash_point("generation:switched")
                     live.retire("the served index generation changed while this write waited: send it again")
                     self._serve_generation()
                     self._index, self._pipeline, self._store = index, pipeline, pipeline.store
