@@ -180,8 +180,10 @@ def cmrc(settings: Settings, embedder: Embedder, tenant: str | None) -> None:
     print("|---|---|---|---|---|")
     for label, params in [
         ("keyword (BM25, CJK unigrams + bigrams)", SearchParams(mode=Mode.KEYWORD)),
+        ("keyword, question filler kept", SearchParams(mode=Mode.KEYWORD, drop_filler=False)),
         ("dense (English MiniLM: not meant for Chinese)", SearchParams(mode=Mode.DENSE)),
         ("hybrid weighted (alpha 0.5)", SearchParams()),
+        ("hybrid weighted (alpha 0.5), question filler kept", SearchParams(drop_filler=False)),
     ]:
         m = score(pipeline, cases, params, (5, 10), "chunk", tenant)
         print(f"| {label} | {m['hit@5']:.4f} | {m['recall@10']:.4f} | {m['mrr@10']:.4f} | {m['ndcg@10']:.4f} |")
