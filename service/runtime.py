@@ -25,6 +25,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from eval.errors import EvalError
 from eval.storage import RunStore, SetStore
 from service.access.keys import Authenticator
 from service.errors import (
@@ -454,6 +455,23 @@ class Runtime:
         record = calibrate(self.pipeline, base, cases, req)
         self._publish(NO_ANSWER_KEY, record)
         return record
+
+    def relearn_no_answer(self) -> dict[str, Any] | None:
+        """After the served model changed: the stored "nothing matches" threshold, learned under another model, learned
+        again on the same sets, k, seed and beta. None when none is stored or it is this model's; else what was
+        learned (`threshold`, `model`, `test`), or `error` when it could not be (searches then say so, as before)."""
+        stored = self.no_answer_record()
+        if stored is None or stored.get("model") == self.pipeline.embedder.name:
+            return None
+        req = CalibrationRequest(
+            tuple(stored["sets"]), int(stored["k"]), int(stored.get("seed", 0)), float(stored.get("beta", 0.5))
+        )
+        try:
+            record = self.calibrate_no_answer(req)
+        except (PlumblineError, EvalError) as exc:
+            log.warning("the no-answer threshold could not be learned again for the new model: %s", exc)
+            return {"error": str(exc)}
+        return {"threshold": record["threshold"], "model": record["model"], "test": record["test"]}
 
     def no_answer_record(self) -> dict[str, Any] | None:
         """The stored "nothing matches" calibration, if any."""

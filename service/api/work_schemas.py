@@ -133,6 +133,15 @@ class TuneIn(Strict):
     min_gain: float = Field(0.0, ge=0, le=1, description="the held-out gain a tuned model needs to be promoted")
 
 
+def _relearned() -> Any:
+    return Field(
+        None,
+        description='the "nothing matches" threshold learned again for the model now served (same sets, k, seed, '
+        "beta: threshold, model, test precision and recall; error when it could not be); null when none was learned "
+        "or it was this model's already",
+    )
+
+
 class TunePromoteOut(BaseModel):
     tune: str
     generation: str
@@ -144,6 +153,7 @@ class TunePromoteOut(BaseModel):
         "deleted_before_gate), then at the switch (copied_before, copied_held: with writes held, deleted)",
     )
     runs: list[dict[str, Any]] = Field(description="each set's gated run on the new generation (null: no baseline)")
+    no_answer: dict[str, Any] | None = _relearned()
 
 
 class GenerationOut(BaseModel):
@@ -164,3 +174,4 @@ class RollbackOut(BaseModel):
     generation: str
     model: str
     copied: dict[str, int]
+    no_answer: dict[str, Any] | None = _relearned()

@@ -363,7 +363,8 @@ class Work:
         if failed:
             return {**out, "refusal": f"the gate failed on set(s) {failed}"}
         copied = self.runtime.switch_generation(gen, known=known, reason=f"tune {result_id} promoted")
-        return {**out, "promoted": True, "refusal": None, "copied": {**out["copied"], **copied}}
+        out.update(promoted=True, refusal=None, copied={**out["copied"], **copied})
+        return {**out, "no_answer": self.runtime.relearn_no_answer()}
 
     def _gate_generation(
         self, gen: Generation, sets: Sequence[str], baseline: str | None
@@ -399,7 +400,8 @@ class Work:
             raise Conflict("no earlier generation to roll back to: the served one is the first")
         generations.check_served(previous)
         copied = self.runtime.switch_generation(previous, known=None, reason="rollback")
-        return {"generation": previous.name, "model": previous.model, "copied": copied}
+        no_answer = self.runtime.relearn_no_answer()
+        return {"generation": previous.name, "model": previous.model, "copied": copied, "no_answer": no_answer}
 
     def model(self, caller: Principal) -> dict[str, Any]:
         """The served generation and model, the previous one, and the switches so far."""

@@ -49,12 +49,13 @@ def _calibrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def share(x: float | None) -> str:
+    """A precision or recall for a terminal ("-": undefined, nothing flagged or nothing to find)."""
+    return "-" if x is None else f"{x:.2f}"
+
+
 def format_calibration(record: dict[str, Any]) -> str:
     """The threshold and how it flags searches on each split, for a terminal."""
-
-    def share(x: float | None) -> str:
-        return "-" if x is None else f"{x:.2f}"
-
     lines = [
         f"nothing matches below {record['signal']} = {record['threshold']:.4f} "
         f"(model {record['model']}, top {record['k']}, F{record['beta']:g}, sets {', '.join(record['sets'])}, "

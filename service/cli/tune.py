@@ -126,7 +126,11 @@ def _rollback(args: argparse.Namespace) -> int:
         out = _call(args, "POST", "/eval/model/rollback", None)
     else:
         out = _in_process(args, "model.rollback", lambda work, caller: work.rollback(caller))
-    print(json.dumps(out, indent=1) if args.json else f"now serving generation {out['generation']} ({out['model']})")
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        print(f"now serving generation {out['generation']} ({out['model']})")
+        _print_no_answer(out)
     return EXIT_OK
 
 
@@ -186,9 +190,27 @@ def _print_promotion(out: dict[str, Any], as_json: bool) -> int:
             print(f"  gate on set {r['set']}: {verdict}")
         if out["promoted"]:
             print(f"promoted: now serving generation {out['generation']} (copied {out.get('copied')})")
+            _print_no_answer(out)
         else:
             print(f"not promoted: {out['refusal']}", file=sys.stderr)
     return EXIT_OK if out["promoted"] else EXIT_REGRESSION
+
+
+def _print_no_answer(out: dict[str, Any]) -> None:
+    """What a switch did to the "nothing matches" threshold, when one had been learned under the other model."""
+    learned = out.get("no_answer")
+    if learned is None:
+        return
+    if "error" in learned:
+        print(f'the "nothing matches" threshold could not be learned again: {learned["error"]}', file=sys.stderr)
+    else:
+        from service.cli.calibration import share
+
+        test = learned["test"]
+        print(
+            f'"nothing matches" threshold learned again for {learned["model"]}: {learned["threshold"]:.4f} '
+            f"(test precision {share(test['precision'])}, recall {share(test['recall'])})"
+        )
 
 
 def tune_lines(record: dict[str, Any]) -> list[str]:

@@ -112,6 +112,9 @@ def runtime(client: TestClient) -> Runtime:
 
 
 def test_a_tuned_model_is_promoted_through_the_gate_and_rolled_back(client: TestClient) -> None:
+    learned = client.post("/eval/no-answer/calibrate", json={"sets": ["kb"], "k": 3})
+    assert learned.status_code == 200, learned.text
+    base_model = learned.json()["model"]
     view = tune(client)
     record = view["result"]
     assert record["mined"]["examples"] == 20  # every training question found its document
@@ -136,6 +139,12 @@ def test_a_tuned_model_is_promoted_through_the_gate_and_rolled_back(client: Test
     }
     assert body["runs"][0]["run"]["gate"]["verdict"] == "pass"
     assert body["runs"][0]["run"]["params"]["model"] == gen["model"]  # the gated run was the new generation's
+    # the "nothing matches" threshold, learned under the old model, is learned again for the new one
+    assert body["no_answer"]["model"] == gen["model"]
+    assert client.get("/eval/no-answer").json()["model"] == gen["model"]
+    signal = client.post("/search", json={"query": "how do i reset my password"}).json()["no_answer"]
+    assert signal["why"] is None
+    assert signal["nothing_matches"] is not None
     model = client.get("/eval/model").json()
     assert model["serving"]["name"] == gen["name"]
     assert model["previous"]["name"] == "base"
@@ -151,6 +160,7 @@ def test_a_tuned_model_is_promoted_through_the_gate_and_rolled_back(client: Test
     assert rolled.status_code == 200, rolled.text
     assert rolled.json()["generation"] == "base"
     assert rolled.json()["copied"]["copied_before"] == 1
+    assert rolled.json()["no_answer"]["model"] == base_model
     assert client.get("/documents/kb/canteen").status_code == 200
     assert runtime(client).pipeline.embedder.name == str(runtime(client).base_settings.embedding_model)
     model = client.get("/eval/model").json()

@@ -26,6 +26,8 @@ def data_dir(tmp_path: Path, tiny_embedding_model: Path, monkeypatch: pytest.Mon
 
 def test_run_with_promote_then_status_and_rollback(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     d = str(data_dir)
+    assert main(["eval", "calibrate", "--data-dir", d, "--set", "kb", "--k", "3"]) == EXIT_OK
+    capsys.readouterr()
     run = ["tune", "run", "--data-dir", d, "--set", "kb", "--epochs", "10", "--learning-rate", "1e-3"]
     assert main([*run, "--batch-size", "8", "--promote"]) == EXIT_OK
     out = capsys.readouterr().out
@@ -35,13 +37,16 @@ def test_run_with_promote_then_status_and_rollback(data_dir: Path, capsys: pytes
     assert "gate on set kb: pass" in out
     assert "promoted: now serving generation" in out
     generation = out.split("promoted: now serving generation ")[1].split()[0]
+    assert f'"nothing matches" threshold learned again for tuned:{generation}: ' in out
 
     assert main(["tune", "status", "--data-dir", d]) == EXIT_OK
     status = capsys.readouterr().out
     assert f"serving generation {generation}: model tuned:{generation}" in status
     assert "previous: base" in status
     assert main(["tune", "rollback", "--data-dir", d]) == EXIT_OK
-    assert capsys.readouterr().out.startswith("now serving generation base")
+    rolled = capsys.readouterr().out
+    assert rolled.startswith("now serving generation base")
+    assert '"nothing matches" threshold learned again for ' in rolled
     assert main(["tune", "status", "--data-dir", d]) == EXIT_OK
     assert f"{generation} -> base  (rollback)" in capsys.readouterr().out
 
