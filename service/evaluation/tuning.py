@@ -34,6 +34,7 @@ from service.evaluation.retriever import PipelineRetriever
 from service.evaluation.sweeps import k_of
 from service.index.generations import Generation, Generations, sync
 from service.index.index import Index
+from service.infra.files import write_atomic
 from service.retrieval.finetune import Example, TrainConfig, TrainStats
 from service.retrieval.pipeline import SearchParams, SearchPipeline
 
@@ -291,13 +292,14 @@ def dropped(record: Mapping[str, Any], generations: Generations) -> bool:
 
 def record_copied(generations: Generations, gen: Generation, known: Mapping[str, int]) -> None:
     """Record the live documents' generations candidate `gen` now holds (`sync`'s first result)."""
-    (generations.index_path(gen).parent / COPIED).write_text(json.dumps(dict(known)))
+    write_atomic(generations.index_path(gen).parent / COPIED, json.dumps(dict(known)))
 
 
 def copied_generations(generations: Generations, gen: Generation) -> dict[str, int] | None:
-    """The live documents' generations a candidate was built from (what a promotion copies on top of), if recorded."""
+    """The live documents' generations a candidate was built from (what a promotion copies on top of), if recorded
+    (None: every document is checked)."""
     try:
         recorded = json.loads((generations.index_path(gen).parent / COPIED).read_text())
-    except FileNotFoundError:
+    except (FileNotFoundError, ValueError):
         return None
     return {str(k): int(v) for k, v in recorded.items()}
