@@ -388,7 +388,7 @@ class Runtime:
             self.index,
             s.data_dir / SCRATCH,
             reserve_space=self.reserve_space,
-            live_bytes=lambda: directory_bytes(s.data_dir / "index") // max(1, s.index_copies),
+            live_bytes=lambda: self._served_bytes(every_copy=False),  # a temporary index is one copy
             count_tokens=self._token_counter(),
             max_configs=s.sweep_max_configs,
         )
@@ -776,9 +776,16 @@ class Runtime:
                 open=self.open_generation,
                 train=self.components.trainer or fine_tune,
                 reserve_space=self.reserve_space,
-                live_bytes=lambda: directory_bytes(self.generations.index_path(gen)),
+                live_bytes=lambda: self._served_bytes(every_copy=True),  # a generation has as many copies
             )
         )
+
+    def _served_bytes(self, *, every_copy: bool) -> int:
+        """The bytes of the served index on disk: its first copy's, or (`every_copy`) every copy's."""
+        from service.stores.mirrored import copy_paths
+
+        first, second, _ = copy_paths(self.generations.index_path(self.generations.serving()))
+        return directory_bytes(first) + (directory_bytes(second) if every_copy else 0)
 
     def _open_index(self, store: VectorStore, embedder: Embedder, *, check: bool) -> Index:
         """The index over `store`, after the integrity check (logged, and repaired as the settings say)."""

@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 
 from service.api.app import create_app
 from service.errors import IndexMismatch, NotReady
+from service.evaluation.tuning import INDEX_FACTOR, MODEL_BYTES
 from service.index.generations import Generation
 from service.retrieval.finetune import TrainStats
 from service.runtime import Components, Runtime
@@ -206,6 +207,46 @@ def test_a_failing_gate_promotes_nothing(client: TestClient) -> None:
     assert body["refusal"] == "the gate failed on set(s) ['kb']"
     assert body["runs"][0]["run"]["gate"]["verdict"] == "fail"
     assert client.get("/eval/model").json()["serving"]["name"] == "base"
+
+
+def test_a_tune_checks_the_disk_first_and_leaves_nothing(client: TestClient) -> None:
+    rt = runtime(client)
+    full = rt.settings.model_copy(update={"min_free_disk_mb": 10**9})  # no disk could keep that much free
+    rt.base_settings = rt.settings = full
+    started = client.post("/eval/tunes", json={"sets": ["kb"], **TUNE_EPOCHS})
+    view = follow(client, started.headers["Location"], timeout=180)
+    assert view["status"] == "failed", view
+    assert "must stay free" in view["error"]
+    data = rt.settings.data_dir
+    assert not list(data.glob("generations/*")), "a tune refused for disk built a generation"
+    assert not list(data.glob("models/tuned/*")), "a tune refused for disk trained a model"
+    assert client.get("/eval/model").json()["serving"]["name"] == "base"
+
+
+@pytest.mark.engine
+def test_a_tune_reserves_room_for_every_copy_of_the_index(tmp_path: Path, tiny_embedding_model: Path) -> None:
+    two = Settings(
+        data_dir=tmp_path / "data", index_copies=2, embedding_model=str(tiny_embedding_model), default_mode="dense"
+    )
+    with TestClient(create_app(two)) as client:
+        _ready(client)
+        rt = runtime(client)
+        asked: list[int] = []
+        check = rt.reserve_space
+
+        def reserve(needed: int) -> None:
+            asked.append(needed)
+            check(needed)
+
+        rt.reserve_space = reserve  # type: ignore[method-assign]
+        tune(client)
+        data = two.data_dir
+        copies = [
+            sum(f.stat().st_size for f in (data / name).rglob("*") if f.is_file()) for name in ("index", "index-copy")
+        ]
+        assert min(copies) > 0
+        index_share = asked[0] - MODEL_BYTES  # the first reservation: the model and the new generation's index
+        assert index_share == pytest.approx(INDEX_FACTOR * sum(copies), rel=0.1)  # both copies, not the first alone
 
 
 def test_vectors_of_two_models_never_mix(client: TestClient) -> None:
