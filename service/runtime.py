@@ -676,9 +676,9 @@ class Runtime:
     def _serve_generation(self) -> None:
         """Serve with the model of the embedded index generation `serving.json` names (a promoted tune's, or the
         configured one for the base)."""
-        gen = self.generations.serving()
         if self.base_settings.backend != "edge":
             return
+        gen = self.generations.serving()
         if gen.name != BASE:
             self.generations.check_served(gen)
         if gen.model != self.generations.base.model:

@@ -356,8 +356,8 @@ class Work:
         known, synced, evaluations = self._gate_generation(gen, view.result.params["sets"], baseline)
         out["runs"] = [{"set": name, "evaluation": ev} for name, ev in evaluations]
         out["copied"] = {"before_gate": synced["written"], "deleted_before_gate": synced["deleted"]}
-        gated = [ev for _, ev in evaluations if ev is not None and ev.gate is not None]
-        failed = [name for name, ev in evaluations if ev is not None and ev.gate is not None and not ev.gate.passed]
+        gated = [(name, ev.gate) for name, ev in evaluations if ev is not None and ev.gate is not None]
+        failed = [name for name, gate in gated if not gate.passed]
         if not gated:
             return {**out, "refusal": "no set of this tune has a baseline to gate against: promote one first"}
         if failed:

@@ -93,8 +93,7 @@ class Generations:
 
     def new(self, name: str, tune: str | None) -> Generation:
         """A candidate generation's record (its directories are made by whoever builds it)."""
-        now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-        return Generation(name, TUNED_PREFIX + name, f"generations/{name}/index", now, tune)
+        return Generation(name, TUNED_PREFIX + name, f"generations/{name}/index", _now(), tune)
 
     def model_dir(self, model: str) -> Path | None:
         """The folder of a tuned model (`tuned:<name>`), None for any other name."""
@@ -111,10 +110,9 @@ class Generations:
 
     def switch(self, to: Generation, *, reason: str) -> None:
         """Serve `to` from now on (the served one becomes the previous), recorded whole in one rename."""
-        now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         old = self._read()
         current = self.serving()
-        history = [*old.get("history", []), {"at": now, "from": current.name, "to": to.name, "reason": reason}]
+        history = [*old.get("history", []), {"at": _now(), "from": current.name, "to": to.name, "reason": reason}]
         record = {"serving": to.to_json(), "previous": current.to_json(), "history": history[-50:]}
         write_atomic(self._pointer, json.dumps(record, indent=2) + "\n", crash_at="generations:pointer-written")
 
@@ -135,6 +133,11 @@ class Generations:
         folder = self.model_dir(generation.model)
         if folder is not None and not (folder / "modules.json").exists():
             raise Conflict(f"generation {generation.name}'s model is missing from {folder}: roll back")
+
+
+def _now() -> str:
+    """When a generation was made or switched to: UTC to the second, `Z`."""
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def entries(index: Index, tenant: str | None = None) -> Iterator[DocumentEntry]:
